@@ -1,0 +1,59 @@
+"""Helpers shared by CLI verbs: list parsing, sizes, output formats."""
+
+from __future__ import annotations
+
+import re
+
+from fabricpace._errors import InputError
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MB": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GB": 1024**3,
+    "GIB": 1024**3,
+    "T": 1024**4,
+    "TB": 1024**4,
+    "TIB": 1024**4,
+}
+
+
+def parse_int_list(text: str, *, option: str) -> list[int]:
+    """'2,4,8' -> [2, 4, 8]; positive integers only."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise InputError(f"{option} {text!r}: expected comma-separated integers such as 2,4,8") from exc
+    if not values or any(v <= 0 for v in values):
+        raise InputError(f"{option} {text!r}: expected positive integers such as 2,4,8")
+    return values
+
+
+def parse_size(text: str, *, option: str) -> int:
+    """'32M' -> 33554432 (binary units, as nccl-tests uses)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise InputError(f"{option} {text!r}: expected a size such as 32M, 1G or 8G")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if value <= 0:
+        raise InputError(f"{option} {text!r}: size must be positive")
+    return value
+
+
+def parse_size_list(text: str, *, option: str) -> list[int]:
+    return [parse_size(v, option=option) for v in text.split(",") if v.strip()]
+
+
+FORMATS = ("table", "json", "csv", "text")
+
+
+def check_format(value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InputError(f"--format {value!r}: choose one of {', '.join(allowed)}")
+    return value

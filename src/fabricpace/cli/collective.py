@@ -1,0 +1,9 @@
+"""fabricpace collective: predicted collective times on a cluster (fabric model)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""

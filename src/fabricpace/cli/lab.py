@@ -1,0 +1,9 @@
+"""fabricpace lab: the fabric lab (network namespaces as nodes)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""

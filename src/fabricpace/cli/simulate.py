@@ -1,0 +1,9 @@
+"""fabricpace simulate / study: training simulator and scaling studies."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""

@@ -1,0 +1,52 @@
+"""Window summaries: the fixed-size per-rank statistics every rank shares every W steps.
+
+The observer all-gathers one float64 vector of ``len(WINDOW_FIELDS)`` per rank (one small collective
+per window, never per step); the simulator builds the same vectors from its arrays. The pacing
+controller reads only these, so every rank — and the simulator's twin — takes the same decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, fields
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowSummary:
+    """Statistics of one rank over one window of steps (durations in nanoseconds, as float)."""
+
+    rank: int
+    window: int  # window index (0, 1, ...)
+    first_step: int
+    steps: int  # steps in the window
+    step_mean_ns: float
+    step_median_ns: float
+    step_std_ns: float
+    compute_median_ns: float  # own useful work per step
+    compute_per_sample_ns: float  # compute median / samples median (rebalance reads this)
+    wait_mean_ns: float  # blocked on collectives (skew + transfer), per step
+    comm_mean_ns: float  # collectives in flight, per step
+    transfer_mean_ns: float  # per step: min exit - last arrival, summed over collectives
+    last_arrivals: float  # collectives in the window where this rank arrived last
+    collectives: float  # collectives in the window
+    data_mean_ns: float
+    gc_mean_ns: float
+    gc_count: float  # collections seen in the window
+    paced_mean_ns: float
+    samples_mean: float
+    rss_bytes: float  # resident memory at window end (gc actuator bounds it)
+
+    def to_array(self) -> np.ndarray:
+        return np.asarray(astuple(self), dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, values: np.ndarray) -> WindowSummary:
+        names = WINDOW_FIELDS
+        kwargs: dict[str, float | int] = {n: float(v) for n, v in zip(names, values, strict=True)}
+        for n in ("rank", "window", "first_step", "steps"):
+            kwargs[n] = int(kwargs[n])
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))
