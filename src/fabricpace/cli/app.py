@@ -11,7 +11,7 @@ import sys
 import typer
 
 from fabricpace._errors import FabricpaceError, InputError
-from fabricpace.cli import collective, demo, diagnose, lab, place, run, simulate
+from fabricpace.cli import collective, demo, diagnose, lab, place, report, run, simulate
 
 app = typer.Typer(
     name="fabricpace",
@@ -21,7 +21,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (demo, simulate, collective, diagnose, place, lab, run):
+for _module in (demo, simulate, collective, diagnose, report, place, lab, run):
     _module.register(app)
 
 
