@@ -1,0 +1,683 @@
+"""Import PyTorch-profiler (Kineto) Chrome traces into a run directory, streaming with bounded memory.
+
+One trace file per rank (``.json`` or ``.json.gz``). The ``traceEvents`` array is parsed event by event
+with ijson's C backend (an incremental tokenizer), so memory does not grow with the file: only the
+few fields kept per event (a name id and two floats) are stored, in compact arrays. The small
+top-level keys are read separately: those before ``traceEvents`` (``distributedInfo``) from the head of
+the file, those after it (``baseTimeNanoseconds``) from a tail buffer kept while streaming.
+
+What is kept (DESIGN.md run directory):
+
+- steps from ``ProfilerStep#N`` (the CPU annotation gives the step's start and end; the GPU copy,
+  ``gpu_user_annotation``, when present, gives the window used to assign GPU work to steps);
+- collectives from GPU kernels (``ncclKernel*``, ``ncclDevKernel*``, RCCL's names) with their NCCL
+  metadata args (``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Process Group Name``);
+  a trace without communication kernels (gloo, CPU) falls back to CPU ops — ``record_param_comms``,
+  else ``c10d::*``, else ``nccl:*``, else ``gloo:*`` (one kind only, so nested wrappers of one
+  collective are not counted twice). ``t_enter`` is the kernel start (when this rank's GPU reached the
+  collective: its arrival), ``t_exit`` the kernel end;
+- per step: ``comm_ns`` = time covered by communication kernels, ``compute_ns`` = time covered by
+  other kernels, ``wait_ns`` = communication not hidden under compute (exposed communication, which
+  includes waiting for late peers); CPU-only traces: ``wait_ns = comm_ns`` = time in blocking comm ops
+  and ``compute_ns`` = the rest of the step; ``data_ns`` = ``enumerate(DataLoader)*`` annotations;
+- ops: every GPU kernel / memcpy / memset (``--no-ops`` leaves them out).
+
+Times: absolute ns = ``baseTimeNanoseconds`` (0 when absent) + ts µs × 1000, then shifted so the first
+step start of any rank is 0. Profiler clocks of different hosts are taken as synchronized
+(``clock_err_ns`` is left null: unknown).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import zlib
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import ijson
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from fabricpace._errors import ParseError, RunDirError
+from fabricpace.importers.intervals import covered_per_bin, merge_intervals, overlap_with
+from fabricpace.importers.staging import list_sources, staged_dir
+from fabricpace.run.manifest import Manifest
+from fabricpace.run.writer import RunWriter
+
+SUFFIXES = (".json", ".json.gz")
+_TAIL_BYTES = 1 << 16
+_HEAD_BYTES = 1 << 22
+
+# Element sizes of the dtype names PyTorch writes into the NCCL metadata (c10 ScalarType names).
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
+    "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16,
+}
+
+# Canonical op names, looked up on a lower-case name with '_' removed (first match wins).
+_OP_WORDS = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("send", "send_recv"),
+    ("recv", "send_recv"),
+)
+
+# CPU communication op kinds, in order of preference (the first kind present is used).
+_CPU_KINDS = ("record_param_comms", "c10d::", "nccl:", "gloo:")
+_CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function"})
+_GPU_OP_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+
+def canonical_op(name: str) -> str:
+    """'ncclDevKernel_AllReduce_Sum_bf16_RING_LL' / 'c10d::allreduce_' / 'allgather' -> canonical name."""
+    key = name.lower().replace("_", "")
+    for prefix in ("ncclkernel", "nccldevkernel", "rcclkernel", "c10d::", "nccl:", "gloo:"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    for word, op in _OP_WORDS:
+        if word in key:
+            return op
+    return "other"
+
+
+def is_comm_kernel(name: str) -> bool:
+    low = name[:16].lower()
+    return low.startswith(("nccl", "rccl")) and "kernel" in name[:24].lower()
+
+
+@dataclass(frozen=True, kw_only=True)
+class KinetoConfig:
+    """Options of the Kineto importer."""
+
+    ops: bool = True  # keep GPU kernels/memcpy/memset as ops rows
+    gpus_per_node: int | None = None  # node = rank // gpus_per_node when hosts are not known
+    chunk_bytes: int = 1 << 20  # read size while streaming
+
+
+@dataclass
+class _Cols:
+    """Compact growable columns (8 bytes a value) for one kind of kept event."""
+
+    ts: array = field(default_factory=lambda: array("d"))
+    dur: array = field(default_factory=lambda: array("d"))
+    name: array = field(default_factory=lambda: array("l"))
+
+    def add(self, ts: float, dur: float, name: int) -> None:
+        self.ts.append(ts)
+        self.dur.append(dur)
+        self.name.append(name)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.frombuffer(self.ts, dtype=np.float64), np.frombuffer(self.dur, dtype=np.float64),
+                np.frombuffer(self.name, dtype=np.int64))
+
+
+@dataclass
+class RankTrace:
+    """What one rank's trace contributes, in µs relative to its base time (floats) until finalized."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None
+    host: str | None
+    base_ns: int = 0
+    names: dict[str, int] = field(default_factory=dict)
+    cpu_steps: _Cols = field(default_factory=_Cols)
+    gpu_steps: _Cols = field(default_factory=_Cols)
+    kernels: _Cols = field(default_factory=_Cols)  # non-communication GPU work
+    comm_kernels: _Cols = field(default_factory=_Cols)
+    comm_bytes: array = field(default_factory=lambda: array("q"))
+    comm_group: array = field(default_factory=lambda: array("l"))
+    cpu_comm: dict[str, _Cols] = field(default_factory=lambda: {k: _Cols() for k in _CPU_KINDS})
+    cpu_comm_bytes: dict[str, array] = field(default_factory=lambda: {k: array("q") for k in _CPU_KINDS})
+    cpu_comm_group: dict[str, array] = field(default_factory=lambda: {k: array("l") for k in _CPU_KINDS})
+    data: _Cols = field(default_factory=_Cols)
+    events: int = 0
+
+    def name_id(self, name: str) -> int:
+        i = self.names.get(name)
+        if i is None:
+            i = self.names[name] = len(self.names)
+        return i
+
+
+class _CountingReader:
+    """A binary reader that counts bytes, reports progress and keeps the last bytes read (the tail)."""
+
+    def __init__(self, raw: IO[bytes], progress: Callable[[int], None] | None) -> None:
+        self.raw = raw
+        self.progress = progress
+        self.offset = 0
+        self.tail = b""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.offset += len(data)
+        self.tail = (self.tail + data)[-_TAIL_BYTES:] if len(data) < _TAIL_BYTES else data[-_TAIL_BYTES:]
+        if self.progress is not None and data:
+            self.progress(len(data))
+        return data
+
+
+def _open(path: Path) -> IO[bytes]:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return path.open("rb")
+
+
+def _read_head(path: Path) -> dict[str, Any]:
+    """Top-level keys that come before ``traceEvents`` (schemaVersion, distributedInfo, ...)."""
+    try:
+        with _open(path) as fh:
+            text = fh.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ParseError(f"{path}: cannot read ({exc}); is it a complete .json or .json.gz file?") from exc
+    dec = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    if i >= len(text) or text[i] != "{":
+        raise ParseError(f"{path}: not a Chrome trace (expected a JSON object with 'traceEvents')")
+    head: dict[str, Any] = {}
+    i += 1
+    while True:
+        i = _skip_ws(text, i)
+        if i < len(text) and text[i] == "}":
+            break
+        try:
+            key, i = dec.raw_decode(text, i)
+            i = _skip_ws(text, i)
+            if text[i] != ":":
+                raise ValueError("expected ':'")
+            i = _skip_ws(text, i + 1)
+            if key == "traceEvents":
+                return head
+            value, i = dec.raw_decode(text, i)
+        except (ValueError, IndexError) as exc:
+            raise ParseError(
+                f"{path}: invalid JSON near byte {i} before 'traceEvents' ({exc}); is the file complete?"
+            ) from exc
+        head[str(key)] = value
+        i = _skip_ws(text, i)
+        if i < len(text) and text[i] == ",":
+            i += 1
+    raise ParseError(f"{path}: no 'traceEvents' array; not a PyTorch profiler trace")
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _read_trailer(tail: bytes) -> dict[str, Any]:
+    """Top-level keys after the ``traceEvents`` array (traceName, baseTimeNanoseconds, ...)."""
+    text = tail.decode("utf-8", errors="replace")
+    for m in reversed(list(re.finditer(r"\]\s*,\s*(?=\")", text))):
+        try:
+            value = json.loads("{" + text[m.end():])
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+_RANK_IN_NAME = re.compile(r"rank[_\-]?(\d+)", re.IGNORECASE)
+_PLAIN_NUMBER = re.compile(r"^[A-Za-z_\-]*?(\d+)$")
+_TB_HANDLER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+$")  # tensorboard_trace_handler: host_pid.ms
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def rank_from_name(path: Path) -> int | None:
+    """'rank3.json', 'trace_rank-03.pt.trace.json.gz', 'worker7.json' -> 3, 3, 7; else None."""
+    stem = _stem(path)
+    m = _RANK_IN_NAME.search(stem) or _PLAIN_NUMBER.match(stem)
+    return int(m.group(1)) if m else None
+
+
+def host_from_name(path: Path) -> str | None:
+    m = _TB_HANDLER.match(_stem(path))
+    return m.group("host") if m else None
+
+
+def _comm_meta(args: Any, trace: RankTrace) -> tuple[int, int, int]:
+    """(bytes or -1, group id, op-name id from 'Collective name' or -1) from NCCL metadata args."""
+    if not isinstance(args, dict):
+        return -1, trace.name_id("default"), -1
+    group = args.get("Process Group Name") or args.get("Process Group Description") or "default"
+    nbytes = -1
+    size = DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
+    if size is not None:
+        n_in, n_out = args.get("In msg nelems"), args.get("Out msg nelems")
+        n = max(v for v in (n_in, n_out, 0) if isinstance(v, int | float))
+        nbytes = int(n) * size if n > 0 else -1
+    coll = args.get("Collective name")
+    op = trace.name_id(canonical_op(str(coll))) if coll else -1
+    return nbytes, trace.name_id("group:" + str(group)), op
+
+
+def parse_trace(path: Path, *, progress: Callable[[int], None] | None = None) -> RankTrace:
+    """Stream one rank's trace. ParseError (file and byte offset) on any damage."""
+    head = _read_head(path)
+    info = head.get("distributedInfo") if isinstance(head.get("distributedInfo"), dict) else None
+    trace = RankTrace(path=path, rank=None, world_size=None, host=host_from_name(path))
+    if info is not None:
+        trace.rank = _int_or_none(info.get("rank"))
+        trace.world_size = _int_or_none(info.get("world_size"))
+    raw = _open(path)
+    reader = _CountingReader(raw, progress)
+    try:
+        _consume(ijson.items(reader, "traceEvents.item", use_float=True), trace)
+    except ijson.JSONError as exc:
+        msg = str(exc).splitlines()[0]
+        raise ParseError(
+            f"{path}: invalid JSON near byte {reader.offset} ({msg}); the trace is damaged or truncated"
+        ) from exc
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ParseError(f"{path}: truncated or corrupt gzip ({exc}); re-copy the file") from exc
+    except OSError as exc:
+        raise ParseError(f"{path}: cannot read ({exc})") from exc
+    finally:
+        raw.close()
+    trailer = _read_trailer(reader.tail)
+    if info is None and isinstance(trailer.get("distributedInfo"), dict):
+        trace.rank = _int_or_none(trailer["distributedInfo"].get("rank"))
+        trace.world_size = _int_or_none(trailer["distributedInfo"].get("world_size"))
+    base = head.get("baseTimeNanoseconds", trailer.get("baseTimeNanoseconds", 0))
+    trace.base_ns = int(base) if isinstance(base, int | float) else 0
+    if trace.rank is None:
+        trace.rank = rank_from_name(path)
+    if trace.rank is None:
+        raise ParseError(
+            f"{path}: no distributedInfo.rank in the trace and no rank number in the file name; "
+            "rename it like rank3.json"
+        )
+    if trace.cpu_steps.ts.buffer_info()[1] == 0:
+        raise ParseError(
+            f"{path}: no ProfilerStep#N events; profile with a schedule and call prof.step() every step"
+        )
+    return trace
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _consume(events: Any, trace: RankTrace) -> None:
+    """The hot loop: one dict per event; keep only what the run directory needs."""
+    kernels, comm, cpu_steps, gpu_steps, data = (
+        trace.kernels, trace.comm_kernels, trace.cpu_steps, trace.gpu_steps, trace.data)
+    n = 0
+    for ev in events:
+        n += 1
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        cat = ev.get("cat")
+        name = ev.get("name")
+        ts = ev.get("ts")
+        dur = ev.get("dur", 0.0)
+        if not isinstance(name, str) or not isinstance(ts, float | int) or not isinstance(dur, float | int):
+            continue
+        if cat in _GPU_OP_CATS:
+            if cat == "kernel" and is_comm_kernel(name):
+                nbytes, group, op = _comm_meta(ev.get("args"), trace)
+                comm.add(ts, dur, op if op >= 0 else trace.name_id(canonical_op(name)))
+                trace.comm_bytes.append(nbytes)
+                trace.comm_group.append(group)
+            else:
+                kernels.add(ts, dur, trace.name_id(name))
+        elif cat in _CPU_CATS:
+            if name.startswith("ProfilerStep#"):
+                cpu_steps.add(ts, dur, _step_number(name))
+            elif name.startswith(_CPU_KINDS):
+                kind = next(k for k in _CPU_KINDS if name.startswith(k))
+                nbytes, group, op = _comm_meta(ev.get("args"), trace)
+                trace.cpu_comm[kind].add(ts, dur, op if op >= 0 else trace.name_id(canonical_op(name)))
+                trace.cpu_comm_bytes[kind].append(nbytes)
+                trace.cpu_comm_group[kind].append(group)
+            elif name.startswith("enumerate(DataLoader)"):
+                data.add(ts, dur, 0)
+        elif cat == "gpu_user_annotation" and name.startswith("ProfilerStep#"):
+            gpu_steps.add(ts, dur, _step_number(name))
+    trace.events = n
+
+
+def _step_number(name: str) -> int:
+    try:
+        return int(name[len("ProfilerStep#"):])
+    except ValueError:
+        return -1
+
+
+@dataclass
+class RankTables:
+    """One rank's rows as numpy columns, times in absolute ns."""
+
+    rank: int
+    steps: dict[str, np.ndarray]
+    collectives: dict[str, Any]
+    ops: dict[str, Any] | None
+
+
+def _abs_ns(trace: RankTrace, ts: np.ndarray) -> np.ndarray:
+    return trace.base_ns + np.rint(ts * 1000.0).astype(np.int64)
+
+
+def _assign(starts: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the last step started at or before t (-1 before the first); starts are sorted."""
+    return np.searchsorted(starts, t, side="right") - 1
+
+
+def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
+    """Turn one parsed trace into steps / collectives / ops columns (vectorized)."""
+    assert trace.rank is not None
+    names = np.array(list(trace.names), dtype=object) if trace.names else np.array([], dtype=object)
+    s_ts, s_dur, s_num = trace.cpu_steps.arrays()
+    order = np.argsort(s_ts, kind="stable")
+    s_ts, s_dur, s_num = s_ts[order], s_dur[order], s_num[order]
+    keep = s_num >= 0
+    s_ts, s_dur, s_num = s_ts[keep], s_dur[keep], s_num[keep]
+    t_start, t_end = _abs_ns(trace, s_ts), _abs_ns(trace, s_ts + s_dur)
+    nsteps = len(s_num)
+
+    # The window GPU work is assigned by: the GPU step annotation when present, else the CPU step.
+    g_ts, _g_dur, g_num = trace.gpu_steps.arrays()
+    win_start = t_start.copy()
+    if len(g_num):
+        g_abs = _abs_ns(trace, g_ts)
+        pos = {int(v): i for i, v in enumerate(g_num)}
+        for i, v in enumerate(s_num):  # one entry per step: tiny loop
+            j = pos.get(int(v))
+            if j is not None:
+                win_start[i] = g_abs[j]
+    worder = np.argsort(win_start, kind="stable")
+
+    def step_index(t: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(win_start[worder], t, side="right") - 1
+        return np.where(idx >= 0, worder[np.clip(idx, 0, None)], -1)
+
+    k_ts, k_dur, k_name = trace.kernels.arrays()
+    c_ts, c_dur, c_name = trace.comm_kernels.arrays()
+    c_bytes = np.frombuffer(trace.comm_bytes, dtype=np.int64)
+    c_group = np.frombuffer(trace.comm_group, dtype=np.int64)
+    gpu_comm = len(c_ts) > 0
+    if not gpu_comm:  # CPU-only trace (gloo, or no GPU activity): the first kind of CPU comm op present
+        for kind in _CPU_KINDS:
+            if len(trace.cpu_comm[kind].ts):
+                c_ts, c_dur, c_name = trace.cpu_comm[kind].arrays()
+                c_bytes = np.frombuffer(trace.cpu_comm_bytes[kind], dtype=np.int64)
+                c_group = np.frombuffer(trace.cpu_comm_group[kind], dtype=np.int64)
+                break
+        step_of_comm = _assign(t_start, _abs_ns(trace, c_ts)) if len(c_ts) else np.zeros(0, int)
+    else:
+        step_of_comm = step_index(_abs_ns(trace, c_ts))
+    c_start, c_end = _abs_ns(trace, c_ts), _abs_ns(trace, c_ts + c_dur)
+
+    comm_ns = np.zeros(nsteps, dtype=np.int64)
+    wait_ns = np.zeros(nsteps, dtype=np.int64)
+    compute_ns = np.zeros(nsteps, dtype=np.int64)
+    if len(c_start):
+        m_start, m_end = merge_intervals(c_start, c_end)
+        m_step = step_index(m_start) if gpu_comm else _assign(t_start, m_start)
+        comm_ns = covered_per_bin(m_start, m_end, m_step, nsteps)
+        if gpu_comm and len(k_ts):
+            k_start, k_end = merge_intervals(_abs_ns(trace, k_ts), _abs_ns(trace, k_ts + k_dur))
+            hidden = overlap_with(m_start, m_end, k_start, k_end)
+            wait_ns = covered_per_bin(m_start, m_end, m_step, nsteps, subtract=hidden)
+        elif not gpu_comm:
+            wait_ns = comm_ns.copy()
+    if gpu_comm or (len(k_ts) and not len(c_start)):
+        if len(k_ts):
+            k_start, k_end = merge_intervals(_abs_ns(trace, k_ts), _abs_ns(trace, k_ts + k_dur))
+            compute_ns = covered_per_bin(k_start, k_end, step_index(k_start), nsteps)
+    else:
+        compute_ns = np.maximum((t_end - t_start) - wait_ns, 0)
+    d_ts, d_dur, _ = trace.data.arrays()
+    data_ns = np.zeros(nsteps, dtype=np.int64)
+    if len(d_ts):
+        d_step = _assign(t_start, _abs_ns(trace, d_ts))
+        ok = d_step >= 0
+        np.add.at(data_ns, d_step[ok], np.rint(d_dur[ok] * 1000.0).astype(np.int64))
+
+    steps: dict[str, np.ndarray] = {
+        "rank": np.full(nsteps, trace.rank, dtype=np.int32),
+        "step": s_num.astype(np.int64),
+        "t_start_ns": t_start,
+        "t_end_ns": t_end,
+        "compute_ns": compute_ns,
+        "wait_ns": wait_ns,
+        "comm_ns": comm_ns,
+        "data_ns": data_ns,
+        "gc_ns": np.zeros(nsteps, dtype=np.int64),
+        "paced_ns": np.zeros(nsteps, dtype=np.int64),
+        "samples": np.full(nsteps, None),
+    }
+    ok = step_of_comm >= 0
+    group_names = names[c_group[ok]] if len(names) else np.array([], dtype=object)
+    collectives = {
+        "rank": np.full(int(ok.sum()), trace.rank, dtype=np.int32),
+        "step": s_num[step_of_comm[ok]].astype(np.int64),
+        "group_key": np.array([g[len("group:"):] for g in group_names], dtype=object),
+        "op": names[c_name[ok]] if len(names) else np.array([], dtype=object),
+        "bytes": np.where(c_bytes[ok] >= 0, c_bytes[ok], 0),
+        "bytes_known": c_bytes[ok] >= 0,
+        "t_enter_ns": c_start[ok],
+        "t_exit_ns": c_end[ok],
+    }
+    ops = None
+    if keep_ops and len(k_ts):
+        k_start = _abs_ns(trace, k_ts)
+        k_step = step_index(k_start)
+        good = k_step >= 0
+        ops = {
+            "rank": np.full(int(good.sum()), trace.rank, dtype=np.int32),
+            "step": s_num[k_step[good]].astype(np.int64),
+            "op": names[k_name[good]],
+            "t_start_ns": k_start[good],
+            "dur_ns": np.rint(k_dur[good] * 1000.0).astype(np.int64),
+        }
+    return RankTables(rank=trace.rank, steps=steps, collectives=collectives, ops=ops)
+
+
+def _number_collectives(tables: list[RankTables]) -> None:
+    """seq: position within (group, step) in issue order, made global per group as step*stride + idx.
+
+    Every rank issues the same collectives of a group in the same order within a step, so this names
+    one instance across ranks even when ranks' traces start at different steps.
+    """
+    stride: dict[str, int] = {}
+    for t in tables:
+        c = t.collectives
+        n = len(c["rank"])
+        idx = np.zeros(n, dtype=np.int64)
+        if n:
+            order = np.lexsort((c["t_enter_ns"], c["step"], c["group_key"].astype(str)))
+            keys = np.char.add(c["group_key"].astype(str)[order], "|" + c["step"].astype(str)[order])
+            new = np.r_[True, keys[1:] != keys[:-1]]
+            first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+            idx[order] = np.arange(n) - first
+            for g in np.unique(c["group_key"].astype(str)):
+                sel = c["group_key"].astype(str) == g
+                stride[g] = max(stride.get(g, 0), int(idx[sel].max()) + 1)
+        c["idx"] = idx
+    for t in tables:
+        c = t.collectives
+        strides = np.array([stride.get(str(g), 1) for g in c["group_key"]], dtype=np.int64)
+        c["seq"] = c["step"] * strides + c["idx"]
+
+
+def import_kineto(
+    src: str | Path,
+    out: str | Path,
+    *,
+    config: KinetoConfig = KinetoConfig(),
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> Path:
+    """Import SRC (a trace file or a folder of per-rank traces) into the new run directory OUT."""
+    files = list_sources(src, SUFFIXES, what="Kineto trace")
+    if on_total is not None:
+        on_total(sum(p.stat().st_size for p in files))
+    with staged_dir(out) as tmp:
+        ranks_seen: dict[int, Path] = {}
+        world_sizes: set[int] = set()
+        hosts: dict[int, str | None] = {}
+        writer = RunWriter(tmp, Manifest(source="import:kineto", world_size=len(files), nodes=1,
+                                         gpus_per_node=len(files)))
+        origin: int | None = None
+        stats = {"events": 0, "collectives": 0, "ops": 0, "gpu_collectives": False}
+        all_tables: list[RankTables] = []
+        for path in files:
+            trace = parse_trace(path, progress=_progress_in_compressed(path, progress))
+            assert trace.rank is not None
+            if trace.rank in ranks_seen:
+                raise RunDirError(
+                    f"{src}: rank {trace.rank} appears twice ({ranks_seen[trace.rank].name} and "
+                    f"{path.name}); pass one trace per rank"
+                )
+            ranks_seen[trace.rank] = path
+            if trace.world_size is not None:
+                world_sizes.add(trace.world_size)
+            hosts[trace.rank] = trace.host
+            tables = build_tables(trace, keep_ops=config.ops)
+            stats["events"] += trace.events
+            stats["gpu_collectives"] = stats["gpu_collectives"] or len(trace.comm_kernels.ts) > 0
+            first = int(tables.steps["t_start_ns"].min())
+            origin = first if origin is None else min(origin, first)
+            if tables.ops is not None:  # ops can be large: write now, shift when finalizing
+                writer.write("ops", tables.ops, rank=tables.rank)
+                stats["ops"] += len(tables.ops["rank"])
+                tables.ops = None
+            all_tables.append(tables)
+            del trace
+        if len(world_sizes) > 1:
+            raise RunDirError(
+                f"{src}: traces of different jobs (distributedInfo.world_size {sorted(world_sizes)}); "
+                "import one job at a time"
+            )
+        assert origin is not None
+        _number_collectives(all_tables)
+        for t in all_tables:
+            st = dict(t.steps)
+            st["t_start_ns"] = st["t_start_ns"] - origin
+            st["t_end_ns"] = st["t_end_ns"] - origin
+            writer.write("steps", st, rank=t.rank)
+            c = t.collectives
+            if len(c["rank"]):
+                writer.write("collectives", {
+                    "rank": c["rank"], "step": c["step"], "seq": c["seq"],
+                    "group": c["group_key"].astype(str), "op": c["op"].astype(str),
+                    "bytes": np.where(c["bytes_known"], c["bytes"], None),
+                    "t_enter_ns": c["t_enter_ns"] - origin, "t_exit_ns": c["t_exit_ns"] - origin,
+                }, rank=t.rank)
+                stats["collectives"] += len(c["rank"])
+        _shift_ops(tmp, origin)
+        rank_ids = sorted(ranks_seen)
+        host_names = [hosts[r] for r in rank_ids]
+        if all(h is not None for h in host_names):
+            order = list(dict.fromkeys(host_names))
+            node: list[int | None] = [order.index(h) for h in host_names]
+        elif config.gpus_per_node:
+            node = [r // config.gpus_per_node for r in rank_ids]
+        else:
+            node = [None] * len(rank_ids)
+        nodes = len({n for n in node if n is not None}) or 1
+        per_node = math.ceil(len(rank_ids) / nodes)
+        writer.write("ranks", {
+            "rank": rank_ids, "node": node,
+            "local_rank": _local_ranks(node),
+            "host": host_names, "leaf": [None] * len(rank_ids), "dp_rank": rank_ids,
+            "pp_stage": [None] * len(rank_ids), "tp_rank": [None] * len(rank_ids),
+            "numa": [None] * len(rank_ids), "gpu": [None] * len(rank_ids), "nic": [None] * len(rank_ids),
+            "clock_offset_ns": [0] * len(rank_ids), "clock_err_ns": [None] * len(rank_ids),
+            "trace_file": [ranks_seen[r].name for r in rank_ids],
+        })
+        writer.manifest.world_size = len(rank_ids)
+        writer.manifest.nodes = nodes
+        writer.manifest.gpus_per_node = per_node
+        writer.manifest.workload = {"name": "kineto import"}
+        writer.close(
+            import_format="kineto",
+            sources=[str(p) for p in files],
+            job_world_size=max(world_sizes) if world_sizes else None,
+            origin_abs_ns=origin,
+            collectives_from="gpu kernels" if stats["gpu_collectives"] else "cpu ops",
+            events=stats["events"],
+            node_from="host in file names" if node[0] is not None and all(host_names) else
+            ("--gpus-per-node" if node[0] is not None else "unknown"),
+        )
+    return Path(out)
+
+
+def _local_ranks(node: list[int | None]) -> list[int | None]:
+    """Position of each rank among the ranks of its node (null when nodes are unknown)."""
+    seen: dict[int, int] = {}
+    out: list[int | None] = []
+    for n in node:
+        if n is None:
+            out.append(None)
+            continue
+        out.append(seen.get(n, 0))
+        seen[n] = seen.get(n, 0) + 1
+    return out
+
+
+def _progress_in_compressed(
+    path: Path, progress: Callable[[int], None] | None
+) -> Callable[[int], None] | None:
+    """Progress is counted in bytes on disk: scale decompressed bytes by the file's compression ratio."""
+    if progress is None or not path.name.endswith(".gz"):
+        return progress
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as fh:  # ISIZE: uncompressed size mod 2**32 in the last 4 bytes
+            fh.seek(-4, 2)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return progress
+    ratio = size / isize if isize > size else 1.0
+
+    def scaled(n: int) -> None:
+        progress(int(n * ratio))
+
+    return scaled
+
+
+def _shift_ops(run_dir: Path, origin: int) -> None:
+    """Move the ops parts (written in absolute ns to keep memory bounded) onto the run's timeline."""
+    folder = run_dir / "ops"
+    if not folder.is_dir():
+        return
+    for part in sorted(folder.glob("*/part-*.parquet")):
+        t = pq.read_table(part)
+        i = t.schema.get_field_index("t_start_ns")
+        t = t.set_column(i, "t_start_ns", pc.subtract(t.column(i), pa.scalar(origin, pa.int64())))
+        tmp = part.with_name("." + part.name + ".tmp")
+        pq.write_table(t, tmp, compression="zstd")
+        tmp.replace(part)

@@ -1,0 +1,73 @@
+"""All-or-nothing output for importers: build the run directory under a temporary name, rename at the end.
+
+A failed import (bad input, a crash, Ctrl-C) leaves nothing at the destination, and an existing
+non-empty destination is never touched: the user's data is not lost or overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fabricpace._errors import InputError, RunDirError
+
+
+def check_destination(out: str | os.PathLike[str]) -> Path:
+    """Refuse an existing non-empty destination (a file, or a folder with anything in it)."""
+    path = Path(out)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise RunDirError(
+            f"{path}: already exists and is not empty; choose a new output directory (nothing was written)"
+        )
+    if not path.parent.exists():
+        raise InputError(f"{path.parent}: parent folder of the output does not exist; create it first")
+    return path
+
+
+@contextmanager
+def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling folder of ``out``; on success rename it to ``out``, else delete it."""
+    dest = check_destination(out)
+    tmp = dest.parent / f".{dest.name}.importing-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        check_destination(dest)  # someone may have created it meanwhile
+        if dest.exists():
+            dest.rmdir()  # empty folder: replaced by the finished run
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def list_sources(src: str | os.PathLike[str], suffixes: tuple[str, ...], *, what: str) -> list[Path]:
+    """Files of SRC with the given suffixes: SRC itself, or a folder holding only such files.
+
+    Hidden files are ignored. A folder with other files in it is "mixed" and refused, so that a stray
+    file never turns silently into a rank.
+    """
+    path = Path(src)
+    if not path.exists():
+        raise InputError(f"{path}: does not exist; pass a {what} file or a folder of them")
+    if path.is_file():
+        if not path.name.endswith(suffixes):
+            raise InputError(f"{path}: expected a {what} file ending in {' or '.join(suffixes)}")
+        return [path]
+    files = sorted(p for p in path.iterdir() if not p.name.startswith("."))
+    if not files:
+        raise RunDirError(f"{path}: empty folder; expected {what} files ({', '.join(suffixes)})")
+    wanted = [p for p in files if p.is_file() and p.name.endswith(suffixes)]
+    others = [p for p in files if p not in wanted]
+    if not wanted:
+        raise RunDirError(f"{path}: no {what} files ({', '.join(suffixes)}) in this folder")
+    if others:
+        raise RunDirError(
+            f"{path}: mixed folder: {others[0].name} is not a {what} file ({', '.join(suffixes)}); "
+            "move it out or pass the files' own folder"
+        )
+    return wanted
