@@ -30,8 +30,13 @@ class PacingState:
     @property
     def active(self) -> bool:
         return any(
-            (self.gc_interval is not None, self.shares is not None, self.comm_window is not None,
-             self.comm_spacing_ns > 0, self.placement is not None)
+            (
+                self.gc_interval is not None,
+                self.shares is not None,
+                self.comm_window is not None,
+                self.comm_spacing_ns > 0,
+                self.placement is not None,
+            )
         )
 
 

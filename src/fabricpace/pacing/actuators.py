@@ -1,0 +1,107 @@
+"""Real-rank actuators: lockstep garbage collection and DDP bucket-launch gating.
+
+Both act only on *when* things happen, never on *what* is computed, so parameters stay bitwise equal
+to an unpaced run. Both are safe to drive from any thread the observer uses (the comm hook runs on
+the autograd thread; gloo completes futures on its own threads).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+
+class GcLockstep:
+    """Automatic collection off; a full collection at every step divisible by ``interval``.
+
+    Every rank applies the same interval from the same step (decided from the same summaries), and the
+    collection step is ``step % interval == 0`` on the shared step counter, so all ranks pause in the
+    same step and the pause is no longer amplified by the synchronous all-reduce.
+    """
+
+    def __init__(self) -> None:
+        self.interval: int | None = None
+        self._was_enabled = gc.isenabled()
+        self.collections = 0
+
+    def apply(self, interval: int | None) -> None:
+        if interval is None:
+            if self.interval is not None and self._was_enabled:
+                gc.enable()
+            self.interval = None
+            return
+        if self.interval is None:
+            self._was_enabled = gc.isenabled()
+        gc.disable()
+        self.interval = int(interval)
+
+    def on_step_start(self, step: int) -> None:
+        if self.interval is not None and step % self.interval == 0:
+            gc.collect()
+            self.collections += 1
+
+    def close(self) -> None:
+        self.apply(None)
+
+
+class CommGate:
+    """At most ``window`` buckets in flight and ``spacing_ns`` between launches, within a delay budget.
+
+    ``before`` blocks the launching thread only while the budget for this step lasts; when the budget
+    is spent the bucket goes out at once, so a step can never be slowed by more than the cap (default
+    1% of the median step time) and a missing completion can never hang training.
+    """
+
+    def __init__(self) -> None:
+        self.window: int | None = None
+        self.spacing_ns = 0
+        self.budget_ns = 0
+        self._cv = threading.Condition()
+        self._in_flight = 0
+        self._used_ns = 0
+        self._last_launch_ns = 0
+        self.max_in_flight_seen = 0
+        self.waits = 0
+
+    def apply(self, window: int | None, spacing_ns: int, budget_ns: int) -> None:
+        with self._cv:
+            self.window = window
+            self.spacing_ns = int(spacing_ns)
+            self.budget_ns = max(0, int(budget_ns))
+            self._cv.notify_all()
+
+    def before(self, bucket_index: int) -> None:
+        t0 = time.perf_counter_ns()
+        with self._cv:
+            if self.window is not None:
+                while self._in_flight >= self.window:
+                    left = self.budget_ns - self._used_ns - (time.perf_counter_ns() - t0)
+                    if left <= 0:
+                        break
+                    self.waits += 1
+                    self._cv.wait(left / 1e9)
+            gap = self._last_launch_ns + self.spacing_ns - time.perf_counter_ns() if self.spacing_ns else 0
+            left = self.budget_ns - self._used_ns - (time.perf_counter_ns() - t0)
+        if gap > 0 and left > 0:
+            time.sleep(min(gap, left) / 1e9)
+        now = time.perf_counter_ns()
+        with self._cv:
+            self._in_flight += 1
+            self.max_in_flight_seen = max(self.max_in_flight_seen, self._in_flight)
+            self._last_launch_ns = now
+            self._used_ns += now - t0 if (self.window is not None or self.spacing_ns) else 0
+
+    def after(self, bucket_index: int) -> None:
+        with self._cv:
+            self._in_flight = max(0, self._in_flight - 1)
+            self._cv.notify()
+
+    def end_step(self) -> int:
+        """Delay injected during the step that just ended (ns); resets per-step counters."""
+        with self._cv:
+            used, self._used_ns = self._used_ns, 0
+            # Every bucket of a step has completed before the optimizer step; a missed completion
+            # callback must not leak into the next step's window.
+            self._in_flight = 0
+            return used

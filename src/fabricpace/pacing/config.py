@@ -1,0 +1,125 @@
+"""Tunables of the coordination layer: one frozen keyword-only dataclass with documented defaults.
+
+Every threshold the controller, the guard and the actuators use lives here, so the simulator's twin
+and the real pacer run with exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from fabricpace._errors import ConfigError
+
+# placement only acts when the controller knows each rank's leaf (it applies at the next restart).
+POLICIES: tuple[str, ...] = ("gc", "rebalance", "comm", "placement")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PacingConfig:
+    """Thresholds and limits of the pacing controller (all shares are fractions of step time)."""
+
+    # --- gc: lockstep garbage collection -------------------------------------------------------
+    # Enable lockstep collection when GC pauses take at least this share of the mean step time.
+    gc_trigger_share: float = 0.02
+    # First interval (steps between lockstep collections); torchtitan/NeMo use 10–100.
+    gc_interval: int = 10
+    gc_interval_min: int = 1
+    gc_interval_max: int = 200
+    # Memory bound: if resident memory grows more than this fraction above its level when lockstep
+    # began, the interval is halved (collections become more frequent).
+    gc_rss_growth_limit: float = 0.10
+
+    # --- rebalance: move samples away from persistent stragglers --------------------------------
+    # A rank is a persistent straggler when its compute per sample is this much above the median
+    # of the others and it arrives last in at least `straggler_last_share` of the collectives.
+    straggler_compute_excess: float = 0.08
+    straggler_last_share: float = 0.5
+    # Adjust shares only when the predicted compute-critical-path saving is at least this large.
+    rebalance_min_gain: float = 0.03
+    # Move at most this fraction of the gap to the speed-proportional shares per window (damping).
+    rebalance_step: float = 0.8
+    # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
+    rebalance_min_share: float = 0.25
+
+    # --- comm: gate DDP bucket launches -----------------------------------------------------------
+    # Transfer inflation (current transfer / quietest seen) above `comm_high` shrinks the in-flight
+    # window, below `comm_low` grows it (hysteresis between the two thresholds).
+    comm_high: float = 1.5
+    comm_low: float = 1.15
+    # Exposed communication must be at least this share of step time for comm gating to be tried.
+    comm_trigger_share: float = 0.10
+    comm_window_init: int = 2
+    comm_window_max: int = 8
+
+    # --- guard: do no harm -------------------------------------------------------------------------
+    # A candidate runs in interleaved ON/OFF control windows (ABBA order); it is kept only when the
+    # block-bootstrap CI of the relative step-time change lies entirely below -guard_min_gain.
+    guard_pairs: int = 2
+    guard_max_pairs: int = 4
+    guard_min_gain: float = 0.0
+    guard_confidence: float = 0.90
+    guard_resamples: int = 2000
+    # After a revert, wait this many windows before trying the same policy again (doubles each time).
+    guard_cooldown: int = 4
+    # Kept policies are re-checked with one control window pair every this many windows (0 = never).
+    guard_recheck: int = 0
+    # Windows skipped at the start (warm-up: allocator, caches, JIT) before any decision.
+    warmup_windows: int = 1
+    # Injected delay (comm spacing/waits) per step is capped at this share of the median step time.
+    max_delay_share: float = 0.01
+    # A controller update slower than this turns pacing off on that rank (seconds).
+    controller_timeout_s: float = 2.0
+    # Seed of the guard's bootstrap (the same on every rank, so every rank decides the same).
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"PacingConfig.{f.name}: expected a number, got {value!r}")
+            if value < 0:
+                raise ConfigError(f"PacingConfig.{f.name}: must be >= 0, got {value!r}")
+        if not 0 < self.guard_confidence < 1:
+            raise ConfigError("PacingConfig.guard_confidence: must lie in (0, 1), e.g. 0.90")
+        if self.gc_interval_min < 1 or not self.gc_interval_min <= self.gc_interval <= self.gc_interval_max:
+            raise ConfigError("PacingConfig.gc_interval: need 1 <= gc_interval_min <= gc_interval <= max")
+        if self.comm_low >= self.comm_high:
+            raise ConfigError("PacingConfig.comm_low must be below comm_high (hysteresis band)")
+        if self.guard_pairs < 2 or self.guard_max_pairs < self.guard_pairs:
+            raise ConfigError("PacingConfig.guard_pairs: need 2 <= guard_pairs <= guard_max_pairs")
+        if not 0 < self.rebalance_step <= 1 or not 0 < self.rebalance_min_share <= 1:
+            raise ConfigError("PacingConfig.rebalance_step/min_share: must lie in (0, 1]")
+        if self.comm_window_init < 1 or self.comm_window_max < self.comm_window_init:
+            raise ConfigError("PacingConfig.comm_window_init: need 1 <= comm_window_init <= comm_window_max")
+
+    def with_overrides(self, **overrides: Any) -> PacingConfig:
+        """A copy with some fields changed; unknown names are a ConfigError naming the field."""
+        known = {f.name for f in fields(self)}
+        for name in overrides:
+            if name not in known:
+                raise ConfigError(f"PacingConfig: unknown field {name!r}; known: {', '.join(sorted(known))}")
+        return replace(self, **overrides)
+
+
+def parse_policies(pacing: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"auto"`` → all policies; ``"off"``/None → none; ``"gc,comm"`` or a list → those (validated)."""
+    if pacing is None:
+        return ()
+    if isinstance(pacing, str):
+        text = pacing.strip().lower()
+        if text in ("off", "none", ""):
+            return ()
+        if text == "auto":
+            return POLICIES
+        items = [p.strip() for p in text.split(",") if p.strip()]
+    else:
+        items = [str(p).strip().lower() for p in pacing]
+    bad = [p for p in items if p not in POLICIES]
+    if bad:
+        raise ConfigError(
+            f"pacing={pacing!r}: unknown policy {bad[0]!r}; "
+            f"use 'auto', 'off' or a list of {', '.join(POLICIES)}"
+        )
+    # Keep the canonical order so every rank builds the same controller.
+    return tuple(p for p in POLICIES if p in items)

@@ -1,0 +1,369 @@
+"""The pacing controller: window summaries in, a ``PacingState`` and explained ``Decision`` rows out.
+
+Pure and deterministic: the same summaries (every rank gets all of them from the observer's
+all-gather) give the same state on every rank and in the simulator's loop, so no broadcast is needed.
+One window of summaries describes the steps run under the state returned for that window; the state
+returned now applies to the next window.
+
+Per window the controller
+1. judges a running trial (the guard) or maintains the kept policies (gc interval for memory, rebalance
+   shares toward speed-proportional, comm window by AIMD with hysteresis), then
+2. when no trial runs, proposes the most severe candidate among the enabled policies whose trigger
+   fires: gc share of step time, a persistent straggler, transfer inflation with exposed communication.
+Every candidate goes through the guard's interleaved ON/OFF windows before it stays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fabricpace.pacing.config import PacingConfig, parse_policies
+from fabricpace.pacing.guard import Guard, Verdict
+from fabricpace.pacing.placement import plan_placement
+from fabricpace.pacing.rebalance import damped_shares, speed_shares
+from fabricpace.pacing.state import Decision, PacingState
+from fabricpace.run.window import WindowSummary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fleet:
+    """Fleet-level view of one window (arrays are indexed by rank)."""
+
+    window: int
+    step_time: float  # median over ranks of the mean step time (ns)
+    step_stderr: float  # standard error of that mean (within-window spread / sqrt(steps))
+    gc_share: float
+    wait_share: float
+    transfer: float
+    compute: np.ndarray
+    cps: np.ndarray
+    samples: np.ndarray
+    last_share: np.ndarray
+    has_arrivals: bool
+    rss: float
+
+
+def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
+    """Validate one window's summaries (one per rank, same window) and aggregate them."""
+    if len(summaries) != world_size:
+        raise ValueError(f"expected {world_size} window summaries, got {len(summaries)}")
+    rows = sorted(summaries, key=lambda s: s.rank)
+    if [s.rank for s in rows] != list(range(world_size)):
+        raise ValueError("window summaries must hold each rank exactly once")
+    windows = {s.window for s in rows}
+    if len(windows) != 1:
+        raise ValueError(f"window summaries mix windows {sorted(windows)}")
+    a = np.stack([s.to_array() for s in rows])
+    col = {name: a[:, i] for i, name in enumerate(WindowSummary.__dataclass_fields__)}
+    step = float(np.median(col["step_mean_ns"]))
+    steps = max(float(np.median(col["steps"])), 1.0)
+    stderr = float(np.median(col["step_std_ns"])) / math.sqrt(steps)
+    samples = col["samples_mean"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fallback = np.where(samples > 0, col["compute_median_ns"] / samples, np.nan)
+        cps = np.where(col["compute_per_sample_ns"] > 0, col["compute_per_sample_ns"], fallback)
+        colls = col["collectives"]
+        last = np.where(colls > 0, col["last_arrivals"] / np.maximum(colls, 1.0), 0.0)
+    safe = step if step > 0 else float("nan")
+    return Fleet(
+        window=int(rows[0].window),
+        step_time=step,
+        step_stderr=stderr,
+        gc_share=float(np.mean(col["gc_mean_ns"])) / safe,
+        wait_share=float(np.median(col["wait_mean_ns"])) / safe,
+        transfer=float(np.median(col["transfer_mean_ns"])),
+        compute=col["compute_median_ns"],
+        cps=cps,
+        samples=samples,
+        last_share=last,
+        has_arrivals=bool(np.all(colls > 0)),
+        rss=float(np.max(col["rss_bytes"])),
+    )
+
+
+class Controller:
+    """One per rank (and one in the simulator). ``update`` is called once per window."""
+
+    def __init__(
+        self,
+        world_size: int,
+        config: PacingConfig = PacingConfig(),
+        policies: Sequence[str] | str = ("gc", "rebalance", "comm"),
+        *,
+        leaves: Sequence[int] | None = None,
+    ) -> None:
+        if world_size < 1:
+            raise ValueError("world_size must be >= 1")
+        self.world_size = world_size
+        self.config = config
+        self.policies = parse_policies(policies if isinstance(policies, str) else list(policies))
+        self.leaves = tuple(int(v) for v in leaves) if leaves is not None else None
+        if self.leaves is not None and len(self.leaves) != world_size:
+            raise ValueError(f"leaves has {len(self.leaves)} entries for {world_size} ranks")
+        self.kept = PacingState()
+        self.state = PacingState()
+        self.guard = Guard(config)
+        self.decisions: list[Decision] = []
+        self._cooldown_until: dict[str, int] = {}
+        self._reverts: dict[str, int] = {}
+        self._quiet_transfer = math.inf
+        self._gc_rss_ref: float | None = None
+        self._placement_done = False
+
+    # ------------------------------------------------------------------------------------------ api
+    def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
+        """Consume one window's summaries; return the state for the next window and new decisions."""
+        fleet = fleet_view(summaries, self.world_size)
+        out: list[Decision] = []
+        if not self._gating_now(fleet.window) and np.isfinite(fleet.transfer) and fleet.transfer > 0:
+            self._quiet_transfer = min(self._quiet_transfer, fleet.transfer)
+        if (
+            fleet.window >= self.config.warmup_windows
+            and np.isfinite(fleet.step_time)
+            and fleet.step_time > 0
+        ):
+            if self.guard.trial is not None:
+                self._judge(step, fleet, out)
+            else:
+                self._maintain(step, fleet, out)
+            if self.guard.trial is None:
+                self._propose(step, fleet, out)
+        nxt = fleet.window + 1
+        self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
+        self.decisions.extend(out)
+        return self.state, out
+
+    def describe(self) -> str:
+        """Short human status: what is on, what is on trial."""
+        parts = []
+        k = self.kept
+        if k.gc_interval is not None:
+            parts.append(f"gc lockstep/{k.gc_interval}")
+        if k.shares is not None:
+            r = int(np.argmin(k.shares))
+            parts.append(f"rebalance r{r} {100 * (k.shares[r] * self.world_size - 1):+.0f}%")
+        if k.comm_window is not None:
+            parts.append(f"comm window {k.comm_window}")
+        if k.placement is not None:
+            parts.append("placement proposed")
+        t = self.guard.trial
+        if t is not None:
+            parts.append(f"trial {t.policy} {len(t.times)}/{2 * self.config.guard_pairs}")
+        return "pacing: " + (", ".join(parts) if parts else "watching")
+
+    # ------------------------------------------------------------------------------------ internals
+    def _gating_now(self, window: int) -> bool:
+        t = self.guard.trial
+        if t is not None and t.arms.get(window) == "on" and t.on.comm_window is not None:
+            return True
+        return self.kept.comm_window is not None
+
+    def _decide(
+        self,
+        out: list[Decision],
+        step: int,
+        policy: str,
+        action: str,
+        value: float,
+        reason: str,
+        rank: int = -1,
+    ) -> None:
+        out.append(
+            Decision(step=step, rank=rank, policy=policy, action=action, value=float(value), reason=reason)
+        )
+
+    def _judge(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
+        trial = self.guard.trial
+        assert trial is not None
+        trial.record(fleet.window, fleet.step_time, fleet.step_stderr)
+        v: Verdict = self.guard.verdict(fleet.window)
+        if v.decide == "continue":
+            return
+        if v.decide == "keep":
+            self.kept = trial.on
+            if trial.policy == "gc":
+                self._gc_rss_ref = fleet.rss
+            self._decide(out, step, "guard", "keep", v.estimate, f"{trial.policy} kept: {v.describe()}")
+        else:
+            n = self._reverts.get(trial.policy, 0) + 1
+            self._reverts[trial.policy] = n
+            wait = self.config.guard_cooldown * 2 ** (n - 1)
+            self._cooldown_until[trial.policy] = fleet.window + wait
+            why = "it hurts" if v.ci_low > 0 else "no gain beyond noise"
+            self._decide(
+                out,
+                step,
+                "guard",
+                "revert",
+                v.estimate,
+                f"{trial.policy} reverted ({why}): {v.describe()}; retry in {wait} windows",
+            )
+        self.guard.finish()
+
+    def _maintain(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
+        c, k = self.config, self.kept
+        if k.gc_interval is not None and self._gc_rss_ref and fleet.rss > 0:
+            growth = fleet.rss / self._gc_rss_ref - 1.0
+            if growth > c.gc_rss_growth_limit and k.gc_interval > c.gc_interval_min:
+                new = max(c.gc_interval_min, k.gc_interval // 2)
+                self.kept = replace(k, gc_interval=new)
+                self._gc_rss_ref = fleet.rss
+                self._decide(
+                    out,
+                    step,
+                    "gc",
+                    "adjust",
+                    new,
+                    f"resident memory grew {growth * 100:.0f}% since the last check: collecting every "
+                    f"{new} steps instead of {k.gc_interval}",
+                )
+        k = self.kept
+        if k.shares is not None and np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0):
+            cur = np.asarray(k.shares, dtype=np.float64)
+            shares, gain = self._rebalance_target(fleet, cur)
+            if gain >= c.rebalance_min_gain / 2:
+                self.kept = replace(k, shares=tuple(float(x) for x in shares))
+                r = int(np.argmax(fleet.cps))
+                self._decide(
+                    out,
+                    step,
+                    "rebalance",
+                    "adjust",
+                    shares[r] * self.world_size,
+                    f"compute still uneven (rank {r} slowest per sample): shares "
+                    f"{_fmt_shares(shares, self.world_size)}, predicted {gain * 100:.1f}% shorter steps",
+                    rank=r,
+                )
+        k = self.kept
+        if k.comm_window is not None and math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
+            infl = fleet.transfer / self._quiet_transfer
+            new_w = k.comm_window
+            if infl > c.comm_high:
+                new_w = max(1, k.comm_window // 2)
+            elif infl < c.comm_low:
+                new_w = min(c.comm_window_max, k.comm_window + 1)
+            if new_w != k.comm_window:
+                self.kept = replace(k, comm_window=new_w)
+                self._decide(
+                    out,
+                    step,
+                    "comm",
+                    "adjust",
+                    new_w,
+                    f"transfer {infl:.2f}x its quiet level: in-flight window {k.comm_window} -> {new_w}",
+                )
+
+    def _rebalance_target(self, fleet: Fleet, cur: np.ndarray) -> tuple[np.ndarray, float]:
+        """Damped step toward speed-proportional shares and its predicted step-time saving."""
+        c = self.config
+        new = damped_shares(
+            cur, speed_shares(fleet.cps), step=c.rebalance_step, min_share=c.rebalance_min_share
+        )
+        total = float(fleet.samples.sum())
+        predicted = fleet.cps * new * total
+        gain = (float(fleet.compute.max()) - float(predicted.max())) / fleet.step_time
+        return new, gain
+
+    def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
+        c, k, w = self.config, self.kept, fleet.window
+        candidates: list[tuple[float, str, PacingState, str, int]] = []
+
+        def ready(policy: str) -> bool:
+            return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
+
+        if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
+            candidates.append(
+                (
+                    fleet.gc_share,
+                    "gc",
+                    replace(k, gc_interval=c.gc_interval),
+                    f"GC pauses take {fleet.gc_share * 100:.1f}% of step time at unaligned steps: "
+                    f"trying lockstep collection every {c.gc_interval} steps",
+                    -1,
+                )
+            )
+        if (
+            ready("rebalance")
+            and k.shares is None
+            and np.all(np.isfinite(fleet.cps))
+            and np.all(fleet.cps > 0)
+        ):
+            r = int(np.argmax(fleet.cps))
+            others = np.delete(fleet.cps, r)
+            excess = float(fleet.cps[r] / np.median(others) - 1.0) if others.size else 0.0
+            last_ok = (not fleet.has_arrivals) or fleet.last_share[r] >= c.straggler_last_share
+            if excess >= c.straggler_compute_excess and last_ok:
+                cur = np.full(self.world_size, 1.0 / self.world_size)
+                new, gain = self._rebalance_target(fleet, cur)
+                if gain >= c.rebalance_min_gain:
+                    moved = 1.0 - new[r] * self.world_size
+                    last = (
+                        f"last in {fleet.last_share[r] * 100:.0f}% of collectives, "
+                        if fleet.has_arrivals
+                        else ""
+                    )
+                    candidates.append(
+                        (
+                            gain,
+                            "rebalance",
+                            replace(k, shares=tuple(float(x) for x in new)),
+                            f"rank {r} {last}compute {excess * 100:.0f}% above median: moving "
+                            f"{moved * 100:.0f}% of its samples",
+                            r,
+                        )
+                    )
+        if (
+            ready("comm")
+            and k.comm_window is None
+            and math.isfinite(self._quiet_transfer)
+            and self._quiet_transfer > 0
+            and fleet.wait_share >= c.comm_trigger_share
+        ):
+            infl = fleet.transfer / self._quiet_transfer
+            if infl > c.comm_high:
+                candidates.append(
+                    (
+                        fleet.wait_share * (1 - 1 / infl),
+                        "comm",
+                        replace(k, comm_window=c.comm_window_init),
+                        f"transfer {infl:.2f}x its quiet level with {fleet.wait_share * 100:.0f}% of "
+                        f"step time exposed: limiting in-flight buckets to {c.comm_window_init}",
+                        -1,
+                    )
+                )
+        if "placement" in self.policies and self.leaves is not None and not self._placement_done:
+            self._placement_done = True
+            plan = plan_placement(self.leaves)
+            if plan.improves:
+                self.kept = replace(self.kept, placement=plan.order)
+                self._decide(
+                    out,
+                    step,
+                    "placement",
+                    "enable",
+                    plan.edges_after,
+                    f"ring crosses leaves {plan.edges_before} times; proposed order crosses "
+                    f"{plan.edges_after} times (applies at the next restart)",
+                )
+        if not candidates:
+            return
+        _sev, policy, on, reason, rank = max(candidates, key=lambda t: t[0])
+        self.guard.start(
+            policy=policy,
+            on=replace(on, placement=self.kept.placement),
+            off=self.kept,
+            window=w + 1,
+            reason=reason,
+        )
+        value = float({"gc": on.gc_interval, "comm": on.comm_window}.get(policy) or 0)
+        if policy == "rebalance" and on.shares is not None:
+            value = on.shares[rank] * self.world_size
+        self._decide(out, step, policy, "enable", float(value or 0.0), f"{reason} (on trial)", rank=rank)
+
+
+def _fmt_shares(shares: np.ndarray, world: int) -> str:
+    return "[" + " ".join(f"{x * world:.2f}" for x in shares) + "]x equal"

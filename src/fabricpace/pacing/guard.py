@@ -1,0 +1,160 @@
+"""The do-no-harm guard: a policy change stays only if interleaved control windows show it helps.
+
+A candidate policy runs in pairs of windows, one with the candidate (ON) and one without (OFF), in
+ABBA order (ON/OFF, OFF/ON, ON/OFF, ...) so a slow drift of the machine cancels out. Each pair gives
+one relative change ``on / off - 1`` of the fleet's mean step time. Windows are the bootstrap's
+blocks: steps inside one window are autocorrelated (a GC pause, a noisy neighbour), whole windows much
+less so, so pairs are resampled whole (a block bootstrap) and the percentile CI of the mean change
+decides: keep when the whole CI lies below ``-guard_min_gain``; revert when the CI lies above zero
+(it clearly hurts) or when ``guard_max_pairs`` pairs could not show a gain beyond noise.
+
+The bootstrap RNG is seeded from the config seed and the window index, so every rank — and the
+simulator's twin — reaches the same verdict from the same summaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabricpace.pacing.config import PacingConfig
+from fabricpace.pacing.state import PacingState
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """Outcome of a trial so far: ``decide`` is "continue", "keep" or "revert"."""
+
+    decide: str
+    estimate: float  # mean relative step-time change ON vs OFF (negative = faster)
+    ci_low: float
+    ci_high: float
+    pairs: int
+
+    def describe(self) -> str:
+        return (
+            f"step time {self.estimate * 100:+.1f}% with it "
+            f"({self.ci_low * 100:+.1f}%..{self.ci_high * 100:+.1f}% CI, {self.pairs} window pairs)"
+        )
+
+
+def block_bootstrap_ci(
+    diffs: np.ndarray, *, confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """Mean of per-block differences and its percentile bootstrap CI (blocks resampled whole)."""
+    diffs = np.asarray(diffs, dtype=np.float64)
+    n = diffs.size
+    if n == 0:
+        return 0.0, -np.inf, np.inf
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    means = diffs[idx].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(diffs.mean()), float(lo), float(hi)
+
+
+@dataclass(kw_only=True)
+class Trial:
+    """One candidate policy under test: its ON state, its OFF (control) state and the measurements."""
+
+    policy: str
+    on: PacingState
+    off: PacingState
+    start_window: int
+    reason: str
+    # window index -> "on" | "off"; planned one window ahead
+    arms: dict[int, str] = field(default_factory=dict)
+    times: dict[int, float] = field(default_factory=dict)
+    # standard error of each window's mean step time (within-window spread / sqrt(steps))
+    errors: dict[int, float] = field(default_factory=dict)
+
+    def arm_for(self, window: int) -> str:
+        """ABBA plan: pair k covers windows start+2k and start+2k+1; even pairs start with ON."""
+        offset = window - self.start_window
+        pair, second = divmod(offset, 2)
+        first_on = pair % 2 == 0
+        return "on" if first_on != bool(second) else "off"
+
+    def record(self, window: int, step_time: float, stderr: float = 0.0) -> None:
+        if window in self.arms and np.isfinite(step_time) and step_time > 0:
+            self.times[window] = step_time
+            self.errors[window] = stderr if np.isfinite(stderr) and stderr > 0 else 0.0
+
+    def pair_diffs(self) -> np.ndarray:
+        return self._pairs()[0]
+
+    def pair_variance(self) -> np.ndarray:
+        """Delta-method variance of each pair's relative change from the windows' standard errors."""
+        return self._pairs()[1]
+
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        out, var = [], []
+        pairs = {(w - self.start_window) // 2 for w in self.times}
+        for p in sorted(pairs):
+            w0 = self.start_window + 2 * p
+            on = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "on"]
+            off = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "off"]
+            if on and off:
+                w_on = next(w for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "on")
+                w_off = next(w for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "off")
+                out.append(on[0] / off[0] - 1.0)
+                var.append(
+                    (self.errors[w_on] / off[0]) ** 2 + (on[0] * self.errors[w_off] / off[0] ** 2) ** 2
+                )
+        return np.asarray(out, dtype=np.float64), np.asarray(var, dtype=np.float64)
+
+
+_Z = {0.8: 1.2816, 0.9: 1.6449, 0.95: 1.96, 0.99: 2.5758}
+
+
+class Guard:
+    """Runs one trial at a time and judges it with the block bootstrap."""
+
+    def __init__(self, config: PacingConfig) -> None:
+        self.config = config
+        self.trial: Trial | None = None
+
+    def start(self, *, policy: str, on: PacingState, off: PacingState, window: int, reason: str) -> Trial:
+        self.trial = Trial(policy=policy, on=on, off=off, start_window=window, reason=reason)
+        return self.trial
+
+    def state_for(self, window: int) -> PacingState:
+        """The state to apply during ``window`` of the running trial (and remember which arm it is)."""
+        assert self.trial is not None
+        arm = self.trial.arm_for(window)
+        self.trial.arms[window] = arm
+        return self.trial.on if arm == "on" else self.trial.off
+
+    def verdict(self, window: int) -> Verdict:
+        """Judge the trial after the summaries of ``window`` were recorded."""
+        assert self.trial is not None
+        c = self.config
+        diffs = self.trial.pair_diffs()
+        est, lo, hi = block_bootstrap_ci(
+            diffs,
+            confidence=c.guard_confidence,
+            resamples=c.guard_resamples,
+            seed=c.seed * 1_000_003 + window,
+        )
+        n = int(diffs.size)
+        if n:
+            # With few pairs the bootstrap CI is too narrow (it cannot see noise it did not sample);
+            # widen it to at least the normal CI implied by the within-window spread.
+            z = float(_Z.get(round(c.guard_confidence, 2), 1.645))
+            half = z * float(np.sqrt(self.trial.pair_variance().sum())) / n
+            lo, hi = min(lo, est - half), max(hi, est + half)
+        decide = "continue"
+        if n >= c.guard_pairs:
+            if hi < -c.guard_min_gain:
+                decide = "keep"
+            elif lo > 0.0 or n >= c.guard_max_pairs:
+                decide = "revert"
+        # A trial whose windows keep going missing must still end.
+        if window - self.trial.start_window >= 2 * c.guard_max_pairs + 2 and decide == "continue":
+            decide = "revert"
+        return Verdict(decide=decide, estimate=est, ci_low=lo, ci_high=hi, pairs=n)
+
+    def finish(self) -> None:
+        self.trial = None

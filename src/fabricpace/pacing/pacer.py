@@ -1,0 +1,199 @@
+"""The real-rank pacer: the observer's hooks (CONTRACTS.md) driving the controller and the actuators.
+
+The observer calls ``on_step_start/on_step_end`` every step, ``before_bucket/after_bucket`` from its
+DDP comm hook, ``on_window`` after each window gather, ``batch_share`` for the user's loop, ``status``
+for the live line and ``close`` at the end. The controller runs inside ``on_window``; any exception
+or an update slower than ``controller_timeout_s`` turns pacing off on this rank (gc restored, equal
+shares, no gating) with the reason logged, and training goes on.
+
+Rank 0 writes every decision to ``RUN_DIR/pacing.parquet`` (rewritten atomically after each window).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fabricpace.pacing.actuators import CommGate, GcLockstep
+from fabricpace.pacing.config import PacingConfig, parse_policies
+from fabricpace.pacing.controller import Controller
+from fabricpace.pacing.rebalance import counts_from_shares, offsets_from_counts
+from fabricpace.pacing.state import Decision, PacingState
+from fabricpace.run.window import WindowSummary
+
+log = logging.getLogger("fabricpace.pacing")
+
+
+class Pacer:
+    """Implements the pacer hook protocol for one rank."""
+
+    def __init__(
+        self,
+        policies: Sequence[str] | str,
+        *,
+        rank: int,
+        world_size: int,
+        run_dir: str | Path | None,
+        window: int,
+        config: PacingConfig | None = None,
+        leaves: Sequence[int] | None = None,
+        share_lag_steps: int = 4,
+    ) -> None:
+        self.config = config or PacingConfig()
+        self.policies = parse_policies(policies if isinstance(policies, str) else list(policies))
+        self.rank, self.world_size, self.window = rank, world_size, window
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.controller = Controller(world_size, self.config, self.policies, leaves=leaves)
+        self.state = PacingState()
+        self.gc = GcLockstep()
+        self.comm = CommGate()
+        self.enabled = True
+        self.off_reason: str | None = None
+        self.decisions: list[Decision] = []
+        # Shares change `share_lag_steps` after the window that decided them, identically on every
+        # rank, so a sampler that prefetches up to that many batches never mixes old and new shares.
+        self.share_lag_steps = int(share_lag_steps)
+        self._share_steps: list[int] = [0]
+        self._share_values: list[tuple[float, ...] | None] = [None]
+        self._next_step = 0
+        self._last_step_time_ns = 0.0
+        self.controller_s = 0.0
+
+    # ----------------------------------------------------------------------------------- hooks
+    def on_step_start(self, step: int) -> None:
+        self._next_step = step
+        if self.enabled:
+            self.gc.on_step_start(step)
+
+    def on_step_end(self, step: int) -> int:
+        self._next_step = step + 1
+        return self.comm.end_step()
+
+    def before_bucket(self, bucket_index: int) -> None:
+        if self.enabled:
+            self.comm.before(bucket_index)
+
+    def after_bucket(self, bucket_index: int) -> None:
+        self.comm.after(bucket_index)
+
+    def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
+        if not self.enabled:
+            return
+        t0 = time.perf_counter()
+        try:
+            state, decisions = self.controller.update(step, summaries)
+        except Exception as exc:  # the controller must never take training down
+            self._turn_off(step, f"controller error: {type(exc).__name__}: {exc}")
+            return
+        dt = time.perf_counter() - t0
+        self.controller_s += dt
+        if dt > self.config.controller_timeout_s:
+            self._turn_off(step, f"controller took {dt:.2f}s (limit {self.config.controller_timeout_s}s)")
+            return
+        steps = np.array([s.step_median_ns for s in summaries], dtype=np.float64)
+        self._last_step_time_ns = float(np.median(steps)) if steps.size else 0.0
+        self._apply(state, step)
+        self.decisions.extend(decisions)
+        for d in decisions:
+            log.info("pacing step %d: %s %s (%s)", d.step, d.policy, d.action, d.reason)
+        if decisions:
+            self._write()
+
+    def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
+        """Samples per rank for ``step`` (default: the step about to run); sums to ``global_batch``."""
+        k = self._next_step if step is None else step
+        i = bisect.bisect_right(self._share_steps, k) - 1
+        return counts_from_shares(self._share_values[max(i, 0)], global_batch, self.world_size)
+
+    def batch_offsets(self, global_batch: int, step: int | None = None) -> list[int]:
+        return offsets_from_counts(self.batch_counts(global_batch, step))
+
+    def batch_share(self, global_batch: int) -> int:
+        return self.batch_counts(global_batch)[self.rank]
+
+    def status(self) -> str:
+        if not self.enabled:
+            return f"pacing: off ({self.off_reason})"
+        text = self.controller.describe()
+        if self.decisions:
+            text += f" | {self.decisions[-1].reason}"
+        return text
+
+    def close(self) -> None:
+        self.gc.close()
+        self.comm.apply(None, 0, 0)
+        self._write()
+
+    # -------------------------------------------------------------------------------- internals
+    def _apply(self, state: PacingState, step: int) -> None:
+        self.state = state
+        self.gc.apply(state.gc_interval)
+        budget = int(self.config.max_delay_share * self._last_step_time_ns)
+        self.comm.apply(state.comm_window, state.comm_spacing_ns, budget)
+        if state.shares != self._share_values[-1]:
+            at = step + 1 + self.share_lag_steps
+            if at <= self._share_steps[-1]:
+                at = self._share_steps[-1] + 1
+            self._share_steps.append(at)
+            self._share_values.append(state.shares)
+
+    def _turn_off(self, step: int, reason: str) -> None:
+        log.warning("pacing turned off on rank %d: %s", self.rank, reason)
+        self.enabled = False
+        self.off_reason = reason
+        self._apply(PacingState(), step)
+        self.decisions.append(
+            Decision(
+                step=step,
+                rank=self.rank,
+                policy="guard",
+                action="off",
+                value=0.0,
+                reason=f"pacing off: {reason}",
+            )
+        )
+        self._write()
+
+    def _write(self) -> None:
+        if self.rank != 0 or self.run_dir is None:
+            return
+        try:
+            write_decisions(self.run_dir, self.decisions)
+        except OSError as exc:  # a full disk must not stop training; the decisions stay in memory
+            log.warning("could not write pacing.parquet: %s", exc)
+
+
+def write_decisions(run_dir: str | Path, decisions: Sequence[Decision]) -> Path:
+    """Write RUN_DIR/pacing.parquet atomically (all decisions so far)."""
+    from fabricpace.run.writer import to_table, write_table_atomic
+
+    cols = {
+        "step": [d.step for d in decisions],
+        "rank": [d.rank for d in decisions],
+        "policy": [d.policy for d in decisions],
+        "action": [d.action for d in decisions],
+        "value": [d.value for d in decisions],
+        "reason": [d.reason for d in decisions],
+    }
+    return write_table_atomic(Path(run_dir) / "pacing.parquet", to_table("pacing", cols))
+
+
+def make_pacer(
+    pacing: str | Sequence[str],
+    *,
+    rank: int,
+    world_size: int,
+    run_dir: str | Path | None,
+    window: int,
+    config: PacingConfig | None = None,
+    leaves: Sequence[int] | None = None,
+) -> Pacer:
+    """Build the pacer the observer drives (``pacing`` is "auto", "off", "gc,comm" or a list)."""
+    return Pacer(
+        pacing, rank=rank, world_size=world_size, run_dir=run_dir, window=window, config=config, leaves=leaves
+    )

@@ -1,0 +1,67 @@
+"""Rebalance arithmetic: speed-proportional shares, integer batch counts and gradient weights.
+
+The update stays the same because the *global* batch stays the same set of samples and each rank's
+loss is weighted by its sample count. With DDP's mean all-reduce (sum / world), a rank holding ``n_r``
+of the ``B`` samples multiplies its mean loss by ``n_r * world / B``; the averaged gradient is then
+``(1/world) * sum_r (n_r * world / B) * mean_r = (1/B) * sum_i grad_i``, the same as an equal split.
+Only the order of the floating-point sums changes, so parameters agree to rounding: float32 models
+match ``torch.allclose(rtol=1e-5, atol=1e-6)`` after tens of SGD steps in our tests (see docs/pacing.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def counts_from_shares(shares: Sequence[float] | None, global_batch: int, world_size: int) -> list[int]:
+    """Integer samples per rank summing to ``global_batch`` (largest remainder; at least 1 each).
+
+    Deterministic: ties go to the lower rank, so every rank computes the same counts.
+    """
+    if global_batch < world_size:
+        raise ValueError(f"global batch {global_batch} is smaller than the world size {world_size}")
+    if shares is None:
+        base, extra = divmod(global_batch, world_size)
+        return [base + (1 if r < extra else 0) for r in range(world_size)]
+    s = np.asarray(shares, dtype=np.float64)
+    if s.size != world_size or not np.all(np.isfinite(s)) or np.any(s < 0) or s.sum() <= 0:
+        raise ValueError(f"shares {tuple(shares)} do not describe {world_size} ranks")
+    s = s / s.sum()
+    spare = global_batch - world_size  # one sample is reserved per rank
+    raw = s * global_batch - 1.0
+    raw = np.clip(raw, 0.0, None)
+    raw = raw * (spare / raw.sum()) if raw.sum() > 0 else np.full(world_size, spare / world_size)
+    floor = np.floor(raw).astype(np.int64)
+    left = int(spare - floor.sum())
+    order = np.lexsort((np.arange(world_size), -(raw - floor)))  # largest remainder, then lower rank
+    floor[order[:left]] += 1
+    return [int(v) + 1 for v in floor]
+
+
+def offsets_from_counts(counts: Sequence[int]) -> list[int]:
+    """Start of each rank's slice inside the global batch (contiguous, in rank order)."""
+    return [int(v) for v in np.concatenate([[0], np.cumsum(counts)[:-1]])]
+
+
+def sample_weight(local_samples: int, global_batch: int, world_size: int) -> float:
+    """Factor for a rank's *mean* loss so DDP's averaged gradient equals the global-batch mean."""
+    return float(local_samples) * float(world_size) / float(global_batch)
+
+
+def speed_shares(compute_per_sample: np.ndarray) -> np.ndarray:
+    """Shares proportional to speed (1 / compute per sample); equalizes compute at the fixed point."""
+    cps = np.asarray(compute_per_sample, dtype=np.float64)
+    speed = 1.0 / cps
+    return speed / speed.sum()
+
+
+def damped_shares(current: np.ndarray, target: np.ndarray, *, step: float, min_share: float) -> np.ndarray:
+    """Move ``step`` of the way to ``target``; floor each rank at ``min_share`` of an equal share."""
+    n = current.size
+    new = current + step * (target - current)
+    new = np.maximum(new, min_share / n)
+    new = new / new.sum()
+    # Round so that the state (and its decisions) prints and compares cleanly across ranks.
+    return np.round(new, 6)
