@@ -1,9 +1,129 @@
-"""fabricpace lab: the fabric lab (network namespaces as nodes)."""
+"""fabricpace lab: the fabric lab (network namespaces as nodes) — up, status, down, run."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from fabricpace.cli._common import check_format
+
+
+def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
+    if fmt == "json":
+        typer.echo(json.dumps(obj, indent=2, default=str))
+    else:
+        for line in lines:
+            typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    lab = typer.Typer(help="A real small cluster on this machine: namespaces as nodes, shaped uplinks.",
+                      no_args_is_help=True)
+    app.add_typer(lab, name="lab")
+
+    @lab.command("up")
+    def up_cmd(
+        nodes: int = typer.Option(4, "--nodes", help="Number of nodes (one network namespace each)."),
+        leaves: int = typer.Option(2, "--leaves", help="Number of leaf switches (bridges)."),
+        uplink: str = typer.Option("100mbit", "--uplink", help="Leaf<->spine rate, each direction."),
+        node_link: str = typer.Option("1gbit", "--node-link", help="Node<->leaf rate, each direction."),
+        prefix: str = typer.Option("fp-", "--prefix", help="Name prefix of everything the lab creates."),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+    ) -> None:
+        """Build the lab (idempotent: an identical lab that is up is left alone)."""
+        from fabricpace.lab import fabric
+        from fabricpace.lab.config import LabConfig, parse_rate
+
+        check_format(fmt, ("table", "json"))
+        cfg = LabConfig(nodes=nodes, leaves=leaves, uplink_bps=parse_rate(uplink, option="--uplink"),
+                        node_link_bps=parse_rate(node_link, option="--node-link"), prefix=prefix)
+        st = fabric.up(cfg)
+        _print(st, fmt, [f"lab {prefix}: {st['action']}: {nodes} nodes on {leaves} leaves, "
+                         f"uplink {uplink}, node link {node_link}",
+                         f"namespaces: {' '.join(st['namespaces'])}"])
+
+    @lab.command("status")
+    def status_cmd(
+        prefix: str = typer.Option("fp-", "--prefix"),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+    ) -> None:
+        """Show what the lab has now (namespaces, uplink rates from tc, live processes)."""
+        from fabricpace.lab import fabric
+
+        check_format(fmt, ("table", "json"))
+        fabric.require_lab()
+        st = fabric.status(prefix)
+        lines = [f"lab {prefix}: {'up' if st['up'] else 'down'}"]
+        if st.get("config"):
+            c = st["config"]
+            lines.append(f"  {c['nodes']} nodes on {c['leaves']} leaves; node->leaf {c['node_leaf']}")
+        for dev, rate in st.get("uplink_rates", {}).items():
+            lines.append(f"  uplink {dev}: {rate}")
+        lines += [f"  process {p['pid']} ({p['what']})" for p in st.get("processes", [])]
+        lines += [f"  problem: {p}" for p in st.get("problems", [])]
+        _print(st, fmt, lines)
+
+    @lab.command("down")
+    def down_cmd(
+        prefix: str = typer.Option("fp-", "--prefix"),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+    ) -> None:
+        """Remove every namespace, link, cgroup, mount and process the lab made (also after a crash)."""
+        from fabricpace.lab import fabric
+
+        check_format(fmt, ("table", "json"))
+        res = fabric.down(prefix)
+        _print(res, fmt, [f"lab {prefix}: down; removed {len(res['namespaces'])} namespaces, "
+                          f"{res['processes']} processes, {res['cgroups']} cgroups"])
+
+    @lab.command("measure")
+    def measure_cmd(
+        seconds: float = typer.Option(2.0, "--seconds", help="Length of the TCP transfer (bounded)."),
+        prefix: str = typer.Option("fp-", "--prefix"),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+    ) -> None:
+        """Measure the uplink with one real TCP transfer across the spine."""
+        from fabricpace.lab import fabric, traffic
+
+        check_format(fmt, ("table", "json"))
+        fabric.require_lab()
+        cfg = fabric.load(prefix)
+        m = traffic.measure_uplink(cfg, seconds=min(max(seconds, 0.5), 30.0))
+        out = {"set_rate_bps": m.set_rate_bps, "goodput_bps": m.goodput_bps, "ratio": m.ratio,
+               "bytes": m.bytes, "seconds": m.seconds}
+        _print(out, fmt, [f"uplink set {m.set_rate_bps / 1e6:.1f} Mbit/s, measured "
+                          f"{m.goodput_bps / 1e6:.1f} Mbit/s ({m.ratio:.1%}) over {m.seconds:.1f} s"])
+
+    @lab.command("run")
+    def run_cmd(
+        scenario: str = typer.Option("healthy", "--scenario", help="Shipped scenario name or YAML file."),
+        pacing: str = typer.Option("off", "--pacing", help="auto or off."),
+        steps: int = typer.Option(0, "--steps", help="Steps (0: the scenario's default)."),
+        nodes: int = typer.Option(0, "--nodes", help="Ranks (0: the scenario's default)."),
+        out: Path = typer.Option(..., "--out", help="Run directory to write (must not exist or be empty)."),
+        seed: int = typer.Option(0, "--seed"),
+        backend: str = typer.Option("lab", "--backend", help="lab (namespaces) or local (loopback)."),
+        prefix: str = typer.Option("fp-", "--prefix"),
+        fmt: str = typer.Option("table", "--format", help="table or json."),
+    ) -> None:
+        """Run a scenario: one rank per namespace, observer on, faults as the scenario says."""
+        from fabricpace._errors import InputError
+        from fabricpace.lab import launcher
+        from fabricpace.lab.scenario import load_scenario
+
+        check_format(fmt, ("table", "json"))
+        if pacing not in ("auto", "off"):
+            raise InputError(f"--pacing {pacing!r}: choose auto or off")
+        if backend not in ("lab", "local"):
+            raise InputError(f"--backend {backend!r}: choose lab or local")
+        sc = load_scenario(scenario)
+        res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
+                                    seed=seed, backend=backend, prefix=prefix,
+                                    progress=fmt != "json" and sys.stderr.isatty())
+        _print(res, fmt, [f"{res['scenario']}: {res['world']} ranks, {res['steps']} steps, "
+                          f"pacing {pacing} -> {res['run_dir']}"])

@@ -1,0 +1,46 @@
+"""Running the system tools the lab needs (ip, tc) with errors that say what failed and why."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from fabricpace._errors import LabError
+
+
+def run(
+    args: Sequence[str], *, check: bool = True, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run one command; a non-zero exit (when ``check``) is a LabError naming the command and stderr."""
+    try:
+        proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise LabError(f"{args[0]}: not found; install iproute2 (ip, tc) to use the fabric lab") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"{' '.join(args)}: timed out after {timeout:.0f} s") from exc
+    if check and proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise LabError(f"{' '.join(args)}: {msg[0] if msg else f'exit {proc.returncode}'}")
+    return proc
+
+
+def ok(args: Sequence[str], *, timeout: float = 30.0) -> bool:
+    """Run a command whose failure is expected sometimes (teardown of half-built objects)."""
+    try:
+        return run(args, check=False, timeout=timeout).returncode == 0
+    except LabError:
+        return False
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why the lab cannot run here (None when it can): root, iproute2 and network namespaces are needed."""
+    if os.geteuid() != 0:
+        return "the fabric lab needs root (network namespaces, tc, cgroups); use --backend local instead"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"the fabric lab needs `{tool}` (iproute2); install it or use --backend local"
+    if not os.path.exists("/proc/self/ns/net"):
+        return "this kernel has no network namespaces; use --backend local instead"
+    return None
