@@ -1,0 +1,11 @@
+"""Training simulator: workload and noise files, the iteration engine, pacing twins, run directories.
+
+``simulate(cluster, workload, noise, nodes=, steps=, seed=, out_dir=)`` writes a run directory that
+diagnosis and reports read exactly like a real one. See docs/simulator.md.
+"""
+
+from fabricpace.sim.noise import Noise, load_noise
+from fabricpace.sim.simulate import SimOptions, simulate
+from fabricpace.sim.workload import Workload, load_workload
+
+__all__ = ["Noise", "SimOptions", "Workload", "load_noise", "load_workload", "simulate"]

@@ -1,0 +1,175 @@
+"""``simulate``: one simulated training run, written as a run directory (manifest source "sim").
+
+Wires the pieces together: cluster (fabric model), workload, noise → transfer times per step → the
+engine, block by block → the recorder. With a pacing ``controller`` (``fabricpace.pacing.Controller``)
+the loop builds window summaries from the arrays every ``window`` steps, calls
+``controller.update(step, summaries)`` exactly as each real rank does, and applies the returned
+``PacingState`` through the actuator twins from the next step on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabricpace._errors import ConfigError, InputError
+from fabricpace.run.manifest import Manifest
+from fabricpace.sim.engine import BlockResult, Engine
+from fabricpace.sim.noise import Noise, load_noise
+from fabricpace.sim.record import Recorder
+from fabricpace.sim.summaries import window_summaries
+from fabricpace.sim.transfers import TransferModel, link_names
+from fabricpace.sim.twins import apply_state
+from fabricpace.sim.workload import Workload, load_workload
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimOptions:
+    """Tunables of the simulator loop (not of the simulated job)."""
+
+    window: int = 50  # steps per window summary (the observer's default window)
+    block_elements: int = 3_000_000  # ranks × collectives × steps held in memory at once
+    record_collectives: bool = True  # False drops the per-rank collectives table (huge scales)
+
+
+def _load_cluster(cluster: Any) -> Any:
+    from fabricpace.fabric import load_cluster
+
+    return load_cluster(cluster)
+
+
+def _check(cluster: Any, workload: Workload, *, nodes: int, steps: int) -> None:
+    if nodes < 1:
+        raise InputError(f"--nodes {nodes}: must be at least 1")
+    if steps < 1:
+        raise InputError(f"--steps {steps}: must be at least 1")
+    if nodes > cluster.nodes:
+        raise InputError(
+            f"--nodes {nodes}: cluster {cluster.name!r} has only {cluster.nodes} nodes; use fewer nodes "
+            "or a bigger cluster file"
+        )
+    p = workload.spec.parallelism
+    if cluster.gpus_per_node % p.tp:
+        raise ConfigError(
+            f"{workload.source}: field 'parallelism.tp': {p.tp} must divide gpus_per_node "
+            f"({cluster.gpus_per_node}) — tensor parallelism stays inside a node"
+        )
+    if nodes % p.pp:
+        raise ConfigError(f"{workload.source}: field 'parallelism.pp': {p.pp} must divide --nodes {nodes}")
+
+
+def _run_id(*parts: Any) -> str:
+    return "sim-" + hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _strip(b: BlockResult) -> BlockResult:
+    """Drop the big per-collective arrays once recorded (summaries need only per-step ones)."""
+    return replace(b, issue=np.empty((0, 0, 0)), end=np.empty((0, 0)))
+
+
+def simulate(
+    cluster: Any,
+    workload: str | Path | Workload,
+    noise: str | Path | Noise | None = None,
+    *,
+    nodes: int,
+    steps: int,
+    seed: int,
+    out_dir: str | Path,
+    controller: Any = None,
+    progress: Callable[[int], None] | None = None,
+    options: SimOptions = SimOptions(),
+) -> Path:
+    """Simulate ``steps`` training steps of ``workload`` on ``nodes`` nodes of ``cluster``.
+
+    Returns the run directory. ``progress`` is called with the number of steps just finished.
+    Bad input raises ``InputError``/``ConfigError``; an existing non-empty ``out_dir`` is refused.
+    """
+    cl = _load_cluster(cluster)
+    wl = load_workload(workload)
+    nz = load_noise(noise)
+    _check(cl, wl, nodes=nodes, steps=steps)
+    g = cl.gpus_per_node
+    world = nodes * g
+    names = link_names(cl, nodes)
+    nz.validate_against(world=world, nodes=nodes, links=names)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"{out}: already exists and is not empty; choose a new --out (nothing was written)")
+    if options.window < 1:
+        raise InputError(f"window {options.window}: must be at least 1")
+
+    p = wl.spec.parallelism
+    dp_nodes = nodes // p.pp
+    from fabricpace.sim.engine import step_collectives
+
+    coll = step_collectives(wl)
+    transfers = TransferModel(
+        cl, nodes=dp_nodes, gpus_per_node=g // p.tp, ops_sizes=coll.keys, steps=steps, noise=nz,
+        seed=seed, names=names,
+    )
+    engine = Engine(workload=wl, noise=nz, transfers=transfers, nodes=nodes, gpus_per_node=g, seed=seed)
+    state = engine.initial_state()
+    pacing_info: dict[str, Any] = {"mode": "off"}
+    if controller is not None:
+        pacing_info = {"mode": "paced", "controller": type(controller).__name__, "window": options.window}
+    manifest = Manifest(
+        source="sim",
+        world_size=world,
+        nodes=nodes,
+        gpus_per_node=g,
+        run_id=_run_id(cl.name, wl.describe(), nz.describe(), nodes, steps, seed, pacing_info),
+        workload={**wl.describe(), "model_parallel": wl.model_parallel},
+        cluster=cl.model_dump(mode="json"),
+        pacing=pacing_info,
+        extra={"seed": seed, "steps": steps, "noise": nz.describe()},
+    )
+    rec = Recorder(
+        out, manifest, ops=coll.ops, sizes=coll.sizes, record_collectives=options.record_collectives
+    )
+    K = len(coll.ops)
+    block = int(np.clip(options.block_elements // max(world * K, 1), 1, options.window))
+    window_blocks: list[BlockResult] = []
+    extra: dict[str, Any] = {}
+    for w0 in range(0, steps, options.window):
+        w1 = min(w0 + options.window, steps)
+        window_blocks.clear()
+        for b0 in range(w0, w1, block):
+            res = engine.run_block(state, np.arange(b0, min(b0 + block, w1)))
+            rec.block(res)
+            if controller is not None:
+                window_blocks.append(_strip(res))
+            if progress is not None:
+                progress(res.steps.size)
+        if controller is not None and w1 < steps:
+            summaries = window_summaries(window_blocks, window_index=w0 // options.window)
+            try:
+                new_state, decisions = controller.update(w1, summaries)
+                apply_state(state, new_state, batch=wl.batch_per_gpu, gpus_per_node=g)
+            except Exception as exc:  # the real layer turns pacing off on any controller error
+                from fabricpace.pacing.state import Decision, PacingState
+
+                apply_state(state, PacingState(), batch=wl.batch_per_gpu, gpus_per_node=g)
+                decisions = [Decision(step=w1, rank=-1, policy="guard", action="off",
+                                      value=0.0, reason=f"controller error: {exc!r}")]
+                extra["pacing_error"] = repr(exc)
+                controller = None
+            rec.decisions(decisions)
+    leaf = np.asarray([cl.leaf_of(n) for n in range(nodes)], dtype=np.int64)
+    rec.ranks(
+        node_of_rank=state.node_of_rank,
+        gpus_per_node=g,
+        leaf_of_node=leaf,
+        nics_per_gpu=cl.nics.per == "gpu",
+        tp=p.tp,
+        pp=p.pp,
+        nodes=nodes,
+    )
+    rec.close(**extra)
+    return out

@@ -1,0 +1,46 @@
+"""The simulator's twins of the pacing actuators: how a ``PacingState`` changes the simulated job.
+
+Each field acts only through the mechanism the real actuator has:
+
+- ``gc_interval``: automatic collection stops; every rank collects the garbage it accumulated at the
+  same steps (``step % gc_interval == 0``) — see ``hostnoise.GcState.step``.
+- ``shares``: each rank's samples per step (global batch unchanged); its compute and its garbage scale
+  with its samples (``Engine.run_block``).
+- ``comm_window`` / ``comm_spacing_ns``: the comm hook holds bucket launches (in-flight window, minimum
+  spacing). The hook runs on the autograd thread, so a hold delays the rest of that rank's backward;
+  the held time is recorded as ``paced_ns`` (``Engine._ddp``). FSDP runs are not gated.
+- ``placement``: a rank order (position -> original rank): rank ``placement[p]`` moves to the GPU slot
+  ``p``, so node faults follow the node and rank faults follow the rank. The fabric model packs a job
+  on consecutive nodes in leaf order, which is already the ring order placement aims for, so the
+  fabric's collective times do not change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabricpace._errors import SimulationError
+from fabricpace.pacing.state import PacingState
+from fabricpace.sim.engine import RankState, shares_to_samples
+
+
+def apply_state(state: RankState, pacing: PacingState, *, batch: int, gpus_per_node: int) -> None:
+    """Apply ``pacing`` to the carried rank state from the next step on (in place)."""
+    world = state.samples.shape[0]
+    if pacing.shares is not None and len(pacing.shares) != world:
+        raise SimulationError(f"pacing shares has {len(pacing.shares)} entries for {world} ranks")
+    if pacing.shares is not None and (min(pacing.shares) < 0 or sum(pacing.shares) <= 0):
+        raise SimulationError("pacing shares must be non-negative with a positive sum")
+    state.samples = shares_to_samples(pacing.shares, batch, world)
+    if pacing.placement is not None:
+        order = np.asarray(pacing.placement, dtype=np.int64)
+        if order.shape != (world,) or not np.array_equal(np.sort(order), np.arange(world)):
+            raise SimulationError("pacing placement must be a permutation of all ranks")
+        node_of_rank = np.empty(world, dtype=np.int64)
+        node_of_rank[order] = np.arange(world) // gpus_per_node
+        state.node_of_rank = node_of_rank
+    if pacing.gc_interval is not None and pacing.gc_interval < 1:
+        raise SimulationError(f"pacing gc_interval must be >= 1, got {pacing.gc_interval}")
+    if pacing.comm_window is not None and pacing.comm_window < 1:
+        raise SimulationError(f"pacing comm_window must be >= 1, got {pacing.comm_window}")
+    state.pacing = pacing
