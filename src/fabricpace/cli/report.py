@@ -2,8 +2,136 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import typer
+
+from fabricpace._errors import InputError
+from fabricpace.cli._common import check_format
+
+
+@contextmanager
+def _byte_progress(
+    label: str, enabled: bool
+) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """A rich progress bar over bytes on stderr; yields (advance, set_total)."""
+    if not enabled:
+        yield (lambda _n: None), (lambda _n: None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+        yield (lambda n: bar.advance(task, n)), (lambda n: bar.update(task, total=n))
+
+
+def _parse_steps(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        a, _, b = text.partition(":")
+        lo, hi = int(a), int(b or a)
+    except ValueError as exc:
+        raise InputError(f"--steps {text!r}: expected FIRST:LAST such as 10:12") from exc
+    if hi < lo:
+        raise InputError(f"--steps {text!r}: LAST must not be before FIRST")
+    return lo, hi
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+
+    @app.command("import")
+    def import_cmd(
+        fmt: str = typer.Argument(..., metavar="FORMAT", help="kineto | whatif | nccl-tests"),
+        src: Path = typer.Argument(..., help="A trace/log file, or a folder of them (one per rank)."),
+        out: Path = typer.Option(..., "-o", "--out", help="New run directory (must not exist or be empty)."),
+        ops: bool = typer.Option(True, "--ops/--no-ops", help="kineto: keep GPU kernels as ops rows."),
+        gpus_per_node: int | None = typer.Option(
+            None, "--gpus-per-node", help="Ranks per node when the source does not tell (node = rank // N)."
+        ),
+        meta: Path | None = typer.Option(None, "--meta", help="whatif: the meta YAML (default: beside SRC)."),
+        output_format: str = typer.Option("text", "--format", help="text | json"),
+    ) -> None:
+        """Import traces from other tools into a fabricpace run directory."""
+        check_format(output_format, ("text", "json"))
+        if gpus_per_node is not None and gpus_per_node <= 0:
+            raise InputError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
+        if fmt == "kineto":
+            from fabricpace.importers.kineto import KinetoConfig, import_kineto
+
+            with _byte_progress("importing kineto", sys.stderr.isatty()) as (advance, total):
+                run = import_kineto(src, out, config=KinetoConfig(ops=ops, gpus_per_node=gpus_per_node),
+                                    progress=advance, on_total=total)
+        elif fmt == "whatif":
+            from fabricpace.importers.whatif import import_whatif
+
+            run = import_whatif(src, out, meta=meta, gpus_per_node=gpus_per_node)
+        elif fmt in ("nccl-tests", "nccl_tests"):
+            from fabricpace.importers.nccl_tests import import_nccl_tests
+
+            run = import_nccl_tests(src, out, gpus_per_node=gpus_per_node)
+        else:
+            raise InputError(f"import format {fmt!r}: choose one of kineto, whatif, nccl-tests")
+        from fabricpace.run import load_run
+
+        data = load_run(run)
+        summary = {
+            "run_dir": str(run),
+            "format": fmt,
+            "world_size": data.world_size,
+            "nodes": data.manifest.nodes,
+            "steps": int(data.steps["step"].n_unique()) if data.steps.height else 0,
+            "step_rows": data.steps.height,
+            "collective_rows": data.collectives.height,
+            "op_rows": data.ops.height,
+        }
+        if output_format == "json":
+            print(json.dumps(summary))
+        else:
+            print(
+                f"imported {fmt} -> {run}: {summary['world_size']} ranks, {summary['steps']} steps, "
+                f"{summary['collective_rows']} collective rows, {summary['op_rows']} op rows"
+            )
+
+    export_app = typer.Typer(help="Export a run directory to other tools' formats.", no_args_is_help=True)
+    app.add_typer(export_app, name="export")
+
+    @export_app.command("perfetto")
+    def export_perfetto_cmd(
+        run_dir: Path = typer.Argument(..., help="Run directory."),
+        out: Path = typer.Option(..., "-o", "--out", help="Chrome trace JSON to write (e.g. trace.json)."),
+        steps: str | None = typer.Option(None, "--steps", help="FIRST:LAST steps to export (default all)."),
+        ops: bool = typer.Option(False, "--ops/--no-ops", help="Include per-op rows (can be large)."),
+    ) -> None:
+        """Write a Chrome trace JSON (Perfetto / chrome://tracing): one process per rank."""
+        from fabricpace.report.perfetto import export_perfetto
+
+        path = export_perfetto(run_dir, out, steps=_parse_steps(steps), ops=ops)
+        print(f"wrote {path}", file=sys.stderr)
+
+    @app.command("report")
+    def report_cmd(
+        run_dirs: list[Path] = typer.Argument(..., help="One or more run directories (several: scaling)."),
+        out: Path = typer.Option(Path("report.html"), "-o", "--out", help="HTML file to write."),
+        steps: str | None = typer.Option(
+            None, "--steps", help="FIRST:LAST steps for the timeline (default: around the slowest step)."
+        ),
+        findings: bool = typer.Option(
+            True, "--findings/--no-findings", help="Run the diagnosis for findings."
+        ),
+        cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file for the diagnosis."),
+    ) -> None:
+        """Write one self-contained offline HTML report for the run(s)."""
+        from fabricpace.report.html import write_report
+
+        path = write_report(run_dirs, out, steps=_parse_steps(steps), findings=findings, cluster=cluster)
+        print(f"wrote {path}", file=sys.stderr)

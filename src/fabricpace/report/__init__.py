@@ -1,0 +1,1 @@
+"""Reports: the self-contained HTML report, its figures, Perfetto export and terminal tables."""

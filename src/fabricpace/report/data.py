@@ -1,0 +1,234 @@
+"""The numbers behind the report's panels, computed from a run directory (vectorized polars/numpy).
+
+For one collective instance, named by ``(group, seq)`` across ranks (DESIGN.md): the last arrival is
+``max t_enter``; each rank's skew wait is ``last − t_enter``; the transfer is ``min t_exit − last``; the
+last arriver is the rank with the latest ``t_enter`` (ties: the lowest rank). Instances seen by fewer
+than two ranks say nothing about arrival and are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from fabricpace.run.reader import RunData
+
+MS = 1e6  # ns per ms
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One row of the report's run table."""
+
+    name: str
+    source: str
+    world_size: int
+    nodes: int
+    steps: int
+    median_step_ms: float
+    p95_step_ms: float
+    cv: float
+    instances: int
+    median_skew_ms: float | None
+    skew_share: float | None  # mean skew wait per rank-step / mean step time
+    top_last_arriver: int | None
+    top_last_share: float | None
+
+
+def rank_ids(run: RunData) -> list[int]:
+    """The run's ranks: from ranks.parquet, else from the steps."""
+    frame = run.ranks if run.ranks.height else run.steps
+    return sorted(int(r) for r in frame["rank"].unique().to_list())
+
+
+def step_durations(run: RunData) -> pl.DataFrame:
+    """rank, step, dur_ns and the step components, one row per rank-step."""
+    s = run.steps
+    if s.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "dur_ns": pl.Int64})
+    return s.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("dur_ns"))
+
+
+def synchronized_step_ns(run: RunData) -> pl.DataFrame:
+    """Per step: the job's step time = the median over ranks of each rank's step duration."""
+    d = step_durations(run)
+    if d.height == 0:
+        return pl.DataFrame(schema={"step": pl.Int64, "step_ns": pl.Float64})
+    return d.group_by("step").agg(pl.col("dur_ns").median().alias("step_ns")).sort("step")
+
+
+def instances(run: RunData) -> pl.DataFrame:
+    """One row per collective instance: group, seq, step, n, skew_ns, transfer_ns, last_rank."""
+    c = run.collectives
+    if c.height == 0:
+        return pl.DataFrame(
+            schema={"group": pl.String, "seq": pl.Int64, "step": pl.Int64, "n": pl.UInt32,
+                    "skew_ns": pl.Int64, "transfer_ns": pl.Int64, "last_rank": pl.Int32}
+        )
+    c = c.sort(["t_enter_ns", "rank"], descending=[True, False])
+    return (
+        c.group_by(["group", "seq"])
+        .agg(
+            pl.col("step").first(),
+            pl.len().alias("n"),
+            (pl.col("t_enter_ns").max() - pl.col("t_enter_ns").min()).alias("skew_ns"),
+            (pl.col("t_exit_ns").min() - pl.col("t_enter_ns").max()).clip(lower_bound=0).alias("transfer_ns"),
+            pl.col("rank").first().alias("last_rank"),
+        )
+        .filter(pl.col("n") >= 2)
+        .sort(["step", "group", "seq"])
+    )
+
+
+def rank_waits(run: RunData) -> pl.DataFrame:
+    """Per rank-step: skew wait (time waiting for later peers) summed over that step's collectives."""
+    c = run.collectives
+    if c.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "skew_wait_ns": pl.Int64})
+    last = pl.col("t_enter_ns").max().over(["group", "seq"])
+    n = pl.len().over(["group", "seq"])
+    return (
+        c.filter(n >= 2)
+        .with_columns((last - pl.col("t_enter_ns")).alias("skew_wait_ns"))
+        .group_by(["rank", "step"])
+        .agg(pl.col("skew_wait_ns").sum())
+    )
+
+
+def last_arriver_share(inst: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """Share of instances (with skew > 0) in which each rank arrived last; every rank gets a row."""
+    base = pl.DataFrame({"rank": pl.Series(ranks, dtype=pl.Int32)})
+    with_skew = inst.filter(pl.col("skew_ns") > 0)
+    total = max(with_skew.height, 1)
+    counts = with_skew.group_by("last_rank").agg(pl.len().alias("count")).rename({"last_rank": "rank"})
+    return (
+        base.join(counts.with_columns(pl.col("rank").cast(pl.Int32)), on="rank", how="left")
+        .with_columns(pl.col("count").fill_null(0))
+        .with_columns((pl.col("count") / total).alias("share"))
+        .sort("rank")
+    )
+
+
+def breakdown(run: RunData) -> pl.DataFrame:
+    """Per rank, mean per step (ms): compute, skew wait, transfer (exposed comm beyond skew), data, gc,
+    paced and other (the rest of the step)."""
+    d = step_durations(run)
+    if d.height == 0:
+        return pl.DataFrame()
+    w = rank_waits(run)
+    d = d.join(w, on=["rank", "step"], how="left").with_columns(pl.col("skew_wait_ns").fill_null(0))
+    names = ("compute_ns", "wait_ns", "data_ns", "gc_ns", "paced_ns")
+    cols = {c: pl.col(c).fill_null(0).cast(pl.Float64) for c in names}
+    skew = pl.min_horizontal(pl.col("skew_wait_ns").cast(pl.Float64), cols["wait_ns"])
+    d = d.with_columns(
+        cols["compute_ns"].alias("compute"),
+        skew.alias("skew_wait"),
+        (cols["wait_ns"] - skew).clip(lower_bound=0).alias("transfer"),
+        cols["data_ns"].alias("data"),
+        cols["gc_ns"].alias("gc"),
+        cols["paced_ns"].alias("paced"),
+    )
+    parts = ["compute", "skew_wait", "transfer", "data", "gc", "paced"]
+    rest = pl.col("dur_ns").cast(pl.Float64) - pl.sum_horizontal(parts)
+    d = d.with_columns(rest.clip(lower_bound=0).alias("other"))
+    return (
+        d.group_by("rank")
+        .agg([(pl.col(p).mean() / MS).alias(p) for p in [*parts, "other"]])
+        .sort("rank")
+    )
+
+
+HEATMAP_VALUES = {"dur_ns": "step time", "compute_ns": "own compute", "skew_wait_ns": "wait for peers"}
+
+
+def heatmap_matrices(
+    run: RunData, *, max_cols: int = 300
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
+    """(ranks, step labels, {value: matrix [R, C] in ms}, steps per column); steps binned to ≤ max_cols.
+
+    Values: step time (identical across ranks under synchronous training), own compute and skew wait
+    (these two show who holds the others up).
+    """
+    d = step_durations(run)
+    if d.height == 0:
+        return np.zeros(0, int), np.zeros(0, int), {}, 1
+    w = rank_waits(run)
+    d = d.join(w, on=["rank", "step"], how="left") if w.height else d.with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("skew_wait_ns"))
+    ranks = np.sort(d["rank"].unique().to_numpy())
+    steps = np.sort(d["step"].unique().to_numpy())
+    per_col = max(1, int(np.ceil(len(steps) / max_cols)))
+    r_idx = np.searchsorted(ranks, d["rank"].to_numpy())
+    c_idx = np.searchsorted(steps, d["step"].to_numpy()) // per_col
+    ncol = int(np.ceil(len(steps) / per_col))
+    out: dict[str, np.ndarray] = {}
+    for col in HEATMAP_VALUES:
+        if col not in d.columns or d[col].null_count() == d.height:
+            continue
+        vals = d[col].fill_null(0).to_numpy().astype(np.float64) / MS
+        total = np.zeros((len(ranks), ncol))
+        count = np.zeros((len(ranks), ncol))
+        np.add.at(total, (r_idx, c_idx), vals)
+        np.add.at(count, (r_idx, c_idx), 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[col] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return ranks, steps[::per_col], out, per_col
+
+
+def summarize(run: RunData, name: str) -> RunSummary:
+    """The run table row: step statistics, arrival skew and the most frequent last arriver."""
+    sync = synchronized_step_ns(run)["step_ns"].to_numpy()
+    inst = instances(run)
+    ranks = rank_ids(run)
+    share = last_arriver_share(inst, ranks) if inst.height else None
+    w = rank_waits(run)
+    d = step_durations(run)
+    skew_share = None
+    if w.height and d.height:
+        mean_wait = float(w["skew_wait_ns"].to_numpy().sum()) / max(d.height, 1)
+        skew_share = mean_wait / max(float(np.mean(sync)), 1.0)
+    top = None
+    if share is not None and share["count"].sum():
+        top = share.sort(["share", "rank"], descending=[True, False]).row(0, named=True)
+    return RunSummary(
+        name=name,
+        source=run.manifest.source,
+        world_size=run.world_size,
+        nodes=int(run.manifest.nodes),
+        steps=len(sync),
+        median_step_ms=float(np.median(sync) / MS) if len(sync) else float("nan"),
+        p95_step_ms=float(np.percentile(sync, 95) / MS) if len(sync) else float("nan"),
+        cv=float(np.std(sync) / np.mean(sync)) if len(sync) > 1 and np.mean(sync) > 0 else float("nan"),
+        instances=inst.height,
+        median_skew_ms=float(np.median(inst["skew_ns"].to_numpy()) / MS) if inst.height else None,
+        skew_share=skew_share,
+        top_last_arriver=int(top["rank"]) if top else None,
+        top_last_share=float(top["share"]) if top else None,
+    )
+
+
+def scaling_rows(runs: list[tuple[str, RunData]]) -> pl.DataFrame:
+    """One row per run, ordered by world size: median step time and where it goes (ms), efficiency.
+
+    Efficiency assumes weak scaling (fixed per-rank batch): throughput ∝ N / step time, so efficiency
+    against the smallest run is its step time over this run's step time.
+    """
+    rows = []
+    for name, run in runs:
+        sync = synchronized_step_ns(run)["step_ns"].to_numpy()
+        b = breakdown(run)
+        keys = ("compute", "skew_wait", "transfer")
+        parts = {p: float(np.mean(b[p].to_numpy())) for p in keys} if b.height else {}
+        rows.append({
+            "run": name, "world_size": run.world_size, "nodes": int(run.manifest.nodes),
+            "step_ms": float(np.median(sync) / MS) if len(sync) else float("nan"),
+            **{f"{p}_ms": v for p, v in parts.items()},
+        })
+    df = pl.DataFrame(rows).sort("world_size")
+    base = df.row(0, named=True)
+    return df.with_columns(
+        (base["step_ms"] / pl.col("step_ms")).alias("efficiency"),
+        (pl.col("world_size") / pl.col("step_ms") * 1000.0).alias("rank_steps_per_s"),
+    )

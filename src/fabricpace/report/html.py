@@ -1,0 +1,244 @@
+"""The HTML report: one self-contained file that works offline (plotly's JavaScript inlined once).
+
+Order: findings first (what is wrong, who, how much it costs, what to do), then the run table, then
+the pictures a person would rather look at than read — step-time heatmap (rank × step), arrival-skew
+distribution, last-arriver share, per-rank breakdown, the scaling curve when several runs are given,
+and a timeline of chosen steps (the paper's Figure 2).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import polars as pl
+
+from fabricpace._errors import InputError
+from fabricpace.report import data as rd
+from fabricpace.report import figures
+from fabricpace.run.reader import RunData, load_run
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
+color:#222;padding:0 16px}
+h1{font-size:26px;margin-bottom:4px} h2{font-size:20px;margin-top:34px;border-bottom:1px solid #ddd;
+padding-bottom:4px} h3{font-size:16px;margin-top:22px}
+.meta{color:#666;font-size:13px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top} th{background:#f4f4f4}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.finding{border-left:5px solid #E45756;background:#fff7f6;padding:8px 14px;margin:10px 0}
+.finding.low{border-color:#F58518;background:#fffaf2}
+.healthy{border-left:5px solid #54A24B;background:#f4fbf3;padding:8px 14px;margin:10px 0}
+.note{border-left:5px solid #999;background:#f7f7f7;padding:8px 14px;margin:10px 0}
+.finding h3{margin:4px 0} code{background:#f1f1f1;padding:0 3px}
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
+    """The run table as HTML (deterministic: the golden test compares it byte for byte)."""
+    head = ("run", "source", "ranks", "nodes", "steps", "median step (ms)", "p95 step (ms)", "CV",
+            "collective instances", "median skew (ms)", "skew wait / step", "most frequent last arriver")
+    rows = []
+    for s in summaries:
+        last = "–" if s.top_last_arriver is None else f"rank {s.top_last_arriver} ({s.top_last_share:.0%})"
+        cells = [
+            f"<td>{_esc(s.name)}</td>", f"<td>{_esc(s.source)}</td>",
+            f'<td class="num">{s.world_size}</td>', f'<td class="num">{s.nodes}</td>',
+            f'<td class="num">{s.steps}</td>', f'<td class="num">{_fmt(s.median_step_ms)}</td>',
+            f'<td class="num">{_fmt(s.p95_step_ms)}</td>', f'<td class="num">{_fmt(s.cv, 3)}</td>',
+            f'<td class="num">{s.instances}</td>', f'<td class="num">{_fmt(s.median_skew_ms, 3)}</td>',
+            f'<td class="num">{"–" if s.skew_share is None else f"{s.skew_share:.1%}"}</td>',
+            f"<td>{_esc(last)}</td>",
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    header = "<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in head) + "</tr>"
+    return '<table class="runs">\n' + header + "\n" + "\n".join(rows) + "\n</table>"
+
+
+def _culprits(c: dict[str, Any]) -> str:
+    parts = [f"{k} {', '.join(str(v) for v in vals)}" for k, vals in c.items() if vals]
+    return "; ".join(parts) if parts else "–"
+
+
+def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
+    """The findings section from ``Diagnosis.to_dict()`` (or a note saying why there is none)."""
+    out = ["<h2>Findings</h2>"]
+    if diag is None:
+        out.append(f'<div class="note">No diagnosis in this report: {_esc(note or "not requested")}.</div>')
+        return "\n".join(out)
+    found = diag.get("findings") or []
+    if not found:
+        out.append('<div class="healthy"><b>Healthy</b>: no failure mode above its documented threshold.'
+                   "</div>")
+    for f in sorted(found, key=lambda f: -(f.get("severity_pct") or 0.0)):
+        sev = f.get("severity_pct")
+        cls = "finding" if (sev or 0) >= 5 else "finding low"
+        evidence = ", ".join(f"{_esc(k)} = {_esc(_fmt(v, 3))}" for k, v in (f.get("evidence") or {}).items())
+        out.append(
+            f'<div class="{cls}"><h3>{_esc(f.get("mode", "?"))} — {_fmt(sev, 1)}% of step time lost'
+            f' (confidence {_esc(_fmt(f.get("confidence")))})</h3>'
+            f"<div><b>Culprits:</b> {_esc(_culprits(f.get('culprits') or {}))}</div>"
+            f"<div><b>Evidence:</b> {evidence or '–'}</div>"
+            f"<div><b>What-if:</b> fixing it would save about {_fmt(f.get('what_if_saving_pct'), 1)}%"
+            " of step time</div>"
+            f"<div><b>Recommendation:</b> {_esc(f.get('recommendation', '–'))}</div></div>"
+        )
+    abstained = diag.get("abstained") or []
+    if abstained:
+        texts = [a if isinstance(a, str) else ", ".join(f"{k}: {v}" for k, v in a.items()) for a in abstained]
+        items = "".join(f"<li>{_esc(t)}</li>" for t in texts)
+        out.append(f'<div class="note"><b>Could not decide</b> (abstained):<ul>{items}</ul></div>')
+    return "\n".join(out)
+
+
+def _diagnose(run_dirs: Sequence[Path], cluster: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        from fabricpace.diagnose import diagnose  # type: ignore[attr-defined]
+    except ImportError as exc:
+        return None, f"the diagnosis module is not available ({exc})"
+    try:
+        return diagnose([str(p) for p in run_dirs], cluster=cluster).to_dict(), None
+    except InputError:
+        raise
+    except Exception as exc:  # the pictures are still worth having; say why the findings are missing
+        print(f"fabricpace: warning: diagnosis failed: {exc}", file=sys.stderr)
+        return None, f"the diagnosis failed ({type(exc).__name__}: {exc})"
+
+
+def default_steps(run: RunData, width: int = 1) -> tuple[int, int] | None:
+    """The slowest synchronized step and its neighbours: where the timeline is most instructive."""
+    sync = rd.synchronized_step_ns(run)
+    if sync.height == 0:
+        return None
+    steps = sync["step"].to_numpy()
+    i = int(sync["step_ns"].arg_max() or 0)
+    return int(steps[max(0, i - width)]), int(steps[min(len(steps) - 1, i + width)])
+
+
+def _fig_html(fig: go.Figure, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | None) -> list[str]:
+    inst = rd.instances(run)
+    ranks = rd.rank_ids(run)
+    out = [f"<h2>Run {_esc(name)}</h2>"]
+    for w in run.warnings:
+        out.append(f'<div class="note">{_esc(w)}</div>')
+    if run.steps.height == 0:
+        out.append('<div class="note">This run has no step rows: nothing to draw.</div>')
+        return out
+    out.append(_fig_html(figures.heatmap(run), f"heatmap-{idx}"))
+    if inst.height:
+        out.append(_fig_html(figures.skew_distribution(inst), f"skew-{idx}"))
+        out.append(_fig_html(figures.last_arrivers(rd.last_arriver_share(inst, ranks)), f"last-{idx}"))
+    else:
+        out.append('<div class="note">No collectives seen by two or more ranks: arrival skew and last '
+                   "arrivers cannot be drawn.</div>")
+    out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run)), f"breakdown-{idx}"))
+    window = steps or default_steps(run)
+    if window is not None:
+        out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
+    return out
+
+
+def _names(run_dirs: Sequence[Path]) -> list[str]:
+    names = [p.resolve().name or str(p) for p in run_dirs]
+    if len(set(names)) < len(names):
+        names = [str(p) for p in run_dirs]
+    return names
+
+
+def render_report(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    *,
+    steps: tuple[int, int] | None = None,
+    findings: bool = True,
+    cluster: Path | None = None,
+) -> str:
+    """The whole report as one HTML string."""
+    from plotly.offline import get_plotlyjs
+
+    if not run_dirs:
+        raise InputError("report: pass at least one run directory")
+    paths = [Path(p) for p in run_dirs]
+    runs = [load_run(p) for p in paths]
+    names = _names(paths)
+    diag, note = _diagnose(paths, cluster) if findings else (None, "run without --findings")
+    summaries = [rd.summarize(r, n) for n, r in zip(names, runs, strict=True)]
+    body = [
+        "<h1>fabricpace report</h1>",
+        f'<div class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · '
+        f"{len(runs)} run(s): {_esc(', '.join(names))}</div>",
+        findings_html(diag, note),
+        "<h2>Runs</h2>",
+        summary_table(summaries),
+    ]
+    if len(runs) > 1:
+        rows = rd.scaling_rows(list(zip(names, runs, strict=True)))
+        body.append(_fig_html(figures.scaling(rows), "scaling"))
+        body.append(_scaling_table(rows))
+    for i, (name, run) in enumerate(zip(names, runs, strict=True)):
+        body.extend(_run_sections(name, run, i, steps))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>fabricpace report</title>"
+        f"<style>{_CSS}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
+        "<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _scaling_table(rows: pl.DataFrame) -> str:
+    cols = [c for c in ("run", "world_size", "nodes", "step_ms", "compute_ms", "skew_wait_ms", "transfer_ms",
+                        "efficiency") if c in rows.columns]
+    head = "<tr>" + "".join(f"<th>{_esc(c)}</th>" for c in cols) + "</tr>"
+    body = []
+    for r in rows.iter_rows(named=True):
+        cells = []
+        for c in cols:
+            v = r[c]
+            text = f"{v:.0%}" if c == "efficiency" and v is not None else _fmt(v)
+            cells.append(f'<td class="num">{_esc(text)}</td>' if c != "run" else f"<td>{_esc(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return '<table class="scaling">' + head + "".join(body) + "</table>"
+
+
+def write_report(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    steps: tuple[int, int] | None = None,
+    findings: bool = True,
+    cluster: Path | None = None,
+) -> Path:
+    """Render and write the report atomically (temp file + rename); returns its path."""
+    path = Path(out)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; pass a file name such as report.html")
+    if not path.parent.exists():
+        raise InputError(f"{path.parent}: folder does not exist; create it first")
+    text = render_report(run_dirs, steps=steps, findings=findings, cluster=cluster)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
