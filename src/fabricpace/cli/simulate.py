@@ -2,8 +2,219 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from fabricpace._errors import InputError
+from fabricpace.cli._common import check_format, parse_int_list
+
+
+def _default_out(prefix: str) -> Path:
+    return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _resolve_inputs(
+    scenario: str | None, cluster: str | None, workload: str | None, noise: str | None
+) -> tuple[str | None, str | None, str | None, Any]:
+    """Explicit --cluster/--workload/--noise win over the scenario's files."""
+    sc = None
+    if scenario is not None:
+        from fabricpace.study.scenario import load_scenario
+
+        sc = load_scenario(scenario)
+        cluster = cluster or sc.cluster
+        workload = workload or sc.workload
+        noise = noise if noise is not None else sc.noise
+    return cluster, workload, noise, sc
+
+
+def _stderr_progress(total: int, label: str, enabled: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not enabled,
+    )
+
+
+def _fmt_ci(row: dict[str, Any]) -> str:
+    ci = row.get("throughput_ci")
+    if not ci:
+        return f"{row['throughput']:.0f}"
+    return f"{row['throughput']:.0f} [{ci[0]:.0f}, {ci[1]:.0f}]"
+
+
+def _fmt_delta(row: dict[str, Any]) -> str:
+    d = row.get("delta_pct")
+    if d is None:
+        return "—"
+    ci = row.get("delta_ci_pct")
+    if not ci:
+        return f"{d:+.1f}%"
+    verdict = "" if ci[0] > 0 or ci[1] < 0 else " (no change)"
+    return f"{d:+.1f}% [{ci[0]:+.1f}, {ci[1]:+.1f}]{verdict}"
+
+
+def study_table(rows: list[dict[str, Any]], title: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("nodes", "mode", "throughput (samples/s, 95% CI)", "CV", "efficiency", "Δ vs baseline"):
+        t.add_column(col, justify="right" if col not in ("mode",) else "left")
+    for r in sorted(rows, key=lambda r: (r["nodes"], r["mode"] != "baseline")):
+        eff = "—" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
+        t.add_row(str(r["nodes"]), r["mode"], _fmt_ci(r), f"{r['cv']:.3f}", eff, _fmt_delta(r))
+    return t
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+
+    @app.command()
+    def simulate(
+        cluster: str | None = typer.Option(None, "--cluster", help="cluster preset or YAML file"),
+        workload: str | None = typer.Option(None, "--workload", help="workload preset or YAML file"),
+        noise: str | None = typer.Option(None, "--noise", help="noise/fault preset or YAML file"),
+        scenario: str | None = typer.Option(None, "--scenario", help="scenario name (paper) or folder"),
+        nodes: int = typer.Option(4, "--nodes", help="nodes of the job"),
+        steps: int = typer.Option(200, "--steps", help="training steps to simulate"),
+        seed: int = typer.Option(1, "--seed"),
+        out: Path | None = typer.Option(
+            None, "--out", help="run directory to create (default runs/sim-TIME)"
+        ),
+        pacing: str = typer.Option("off", "--pacing", help="off | auto: pacing controller in the loop"),
+        window: int = typer.Option(50, "--window", help="steps per window summary"),
+        warmup: int = typer.Option(20, "--warmup", help="steps left out of the printed summary"),
+        fmt: str = typer.Option("table", "--format", help="table | json"),
+    ) -> None:
+        """Simulate training on a cluster and write a run directory (diagnose/report read it)."""
+        check_format(fmt, ("table", "json"))
+        if pacing not in ("off", "auto"):
+            raise InputError(f"--pacing {pacing!r}: choose off or auto")
+        cluster, workload, noise, _ = _resolve_inputs(scenario, cluster, workload, noise)
+        if cluster is None or workload is None:
+            raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
+        from fabricpace.run.reader import load_run
+        from fabricpace.sim import SimOptions
+        from fabricpace.sim import simulate as run_sim
+        from fabricpace.study.metrics import summarize_run
+
+        controller = None
+        if pacing == "auto":
+            from fabricpace.fabric import load_cluster
+            from fabricpace.pacing import Controller
+
+            cl = load_cluster(cluster)
+            g = cl.gpus_per_node
+            if nodes > cl.nodes or nodes < 1:
+                raise InputError(f"--nodes {nodes}: cluster {cl.name!r} has 1..{cl.nodes} nodes")
+            controller = Controller(
+                nodes * g, policies="auto", leaves=[cl.leaf_of(r // g) for r in range(nodes * g)]
+            )
+        out_dir = out if out is not None else _default_out("sim")
+        with _stderr_progress(steps, "simulate", fmt != "json") as bar:
+            task = bar.add_task(f"simulating {nodes} nodes", total=steps)
+            run_dir = run_sim(
+                cluster,
+                workload,
+                noise,
+                nodes=nodes,
+                steps=steps,
+                seed=seed,
+                out_dir=out_dir,
+                controller=controller,
+                progress=lambda n: bar.advance(task, n),
+                options=SimOptions(window=window),
+            )
+        summary = summarize_run(load_run(run_dir), min(warmup, max(steps - 2, 0)))
+        if fmt == "json":
+            typer.echo(json.dumps({"run_dir": str(run_dir), **summary}))
+            return
+        typer.echo(
+            f"{run_dir}: {summary['world_size']} GPUs on {nodes} nodes, "
+            f"{summary['steps']} steps after warm-up: "
+            f"{summary['throughput']:.1f} samples/s, iteration {summary['iter_mean_s'] * 1e3:.1f} ms "
+            f"(p99 {summary['iter_p99_s'] * 1e3:.1f} ms), CV {summary['cv']:.3f}"
+        )
+        typer.echo(f"next: fabricpace diagnose {run_dir}")
+
+    @app.command()
+    def study(
+        backend: str = typer.Option("sim", "--backend", help="sim | local | lab"),
+        cluster: str | None = typer.Option(None, "--cluster", help="cluster preset or YAML file (sim)"),
+        workload: str | None = typer.Option(None, "--workload", help="workload preset or YAML file (sim)"),
+        noise: str | None = typer.Option(None, "--noise", help="noise/fault preset or YAML file (sim)"),
+        scenario: str | None = typer.Option(None, "--scenario", help="scenario name (paper) or folder"),
+        nodes: str | None = typer.Option(None, "--nodes", help="node counts, e.g. 4,8,16"),
+        repeats: int | None = typer.Option(None, "--repeats", help="runs per point (different seeds)"),
+        steps: int | None = typer.Option(None, "--steps", help="steps per run"),
+        warmup: int | None = typer.Option(None, "--warmup", help="steps left out of every run's measurement"),
+        seed: int = typer.Option(1, "--seed", help="seed of repeat 0 (repeat i uses seed + i)"),
+        compare: str = typer.Option("baseline", "--compare", help="modes: baseline or baseline,paced"),
+        window: int = typer.Option(50, "--window", help="steps per pacing window (sim)"),
+        out: Path | None = typer.Option(
+            None, "--out", help="study folder to create (default runs/study-TIME)"
+        ),
+        figures: bool = typer.Option(True, "--figures/--no-figures", help="write figures.html"),
+        fmt: str = typer.Option("table", "--format", help="table | json"),
+    ) -> None:
+        """Scaling study: throughput and CV against node count, optionally baseline vs paced (Table 1)."""
+        check_format(fmt, ("table", "json"))
+        from fabricpace.study.runner import BACKENDS, StudyPlan, run_study
+
+        if backend not in BACKENDS:
+            raise InputError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+        cluster, workload, noise, sc = _resolve_inputs(scenario, cluster, workload, noise)
+        defaults = sc.study if sc is not None else None
+        node_list = (
+            parse_int_list(nodes, option="--nodes")
+            if nodes is not None
+            else (list(defaults.nodes) if defaults else [4, 8, 16])
+        )
+        modes = tuple(m.strip() for m in compare.split(",") if m.strip())
+        plan = StudyPlan(
+            backend=backend,
+            nodes=tuple(node_list),
+            modes=modes,
+            repeats=repeats if repeats is not None else (defaults.repeats if defaults else 3),
+            steps=steps if steps is not None else (defaults.steps if defaults else 300),
+            warmup=warmup if warmup is not None else (defaults.warmup if defaults else 50),
+            seed=seed,
+            out_dir=out if out is not None else _default_out("study"),
+            cluster=cluster,
+            workload=workload,
+            noise=noise,
+            scenario=scenario,
+            window=window,
+        )
+        total = len(plan.points())
+        with _stderr_progress(total, "study", True) as bar:
+            task = bar.add_task(f"study ({backend})", total=total)
+            result = run_study(plan, progress=lambda label: bar.update(task, advance=1, description=label))
+        written = []
+        if figures:
+            from fabricpace.report.study_figures import write_study_figures
+
+            biggest = [p for p in result.points if p["nodes"] == max(plan.nodes) and p["repeat"] == 0]
+            written = write_study_figures(
+                result.to_dict(), plan.out_dir, timeline_run=biggest[0]["run_dir"] if biggest else None
+            )
+        if fmt == "json":
+            typer.echo(json.dumps({"rows": result.rows}))
+            return
+        from rich.console import Console
+
+        Console().print(
+            study_table(result.rows, f"{backend} study ({plan.repeats} repeats, {plan.steps} steps)")
+        )
+        typer.echo(f"wrote {plan.out_dir / 'study.json'}" + "".join(f", {p}" for p in written))

@@ -257,7 +257,7 @@ class Engine:
                 prev_end = np.maximum(cur.max(axis=1), prev_end) + times[:, j]
                 end[:, j] = prev_end
                 prev_issue = cur
-        paced = (issue[:, :, -1] - ready[:, :, -1])  # total hold = shift of backward's end
+        paced = issue[:, :, -1] - ready[:, :, -1]  # total hold = shift of backward's end
         return issue, end, issue[:, :, -1], paced
 
     # ---- FSDP ---------------------------------------------------------------------------------

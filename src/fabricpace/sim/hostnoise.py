@@ -100,7 +100,7 @@ class GcState:
         add: np.ndarray
         if g.garbage_cv > 0:
             shape_k = 1.0 / g.garbage_cv**2
-            add = rng.gamma(shape_k, g.garbage_mb_per_step / shape_k, n)
+            add = np.asarray(rng.gamma(shape_k, g.garbage_mb_per_step / shape_k, n))
         else:
             add = np.full(n, g.garbage_mb_per_step)
         self.garbage = self.garbage + add * scale

@@ -31,8 +31,16 @@ def _dict(values: np.ndarray, labels: Sequence[str]) -> pa.DictionaryArray:
 class Recorder:
     """Owns the run directory of one simulation."""
 
-    def __init__(self, out_dir: Path, manifest: Manifest, *, ops: Sequence[str], sizes: np.ndarray,
-                 group: str = "dp", record_collectives: bool = True) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        manifest: Manifest,
+        *,
+        ops: Sequence[str],
+        sizes: np.ndarray,
+        group: str = "dp",
+        record_collectives: bool = True,
+    ) -> None:
         self.writer = RunWriter(out_dir, manifest)
         self.dir = Path(out_dir)
         self.labels = sorted(set(ops))
@@ -43,8 +51,17 @@ class Recorder:
         self._part = 0
         self._decisions: list[Decision] = []
 
-    def ranks(self, *, node_of_rank: np.ndarray, gpus_per_node: int, leaf_of_node: np.ndarray,
-              nics_per_gpu: bool, tp: int, pp: int, nodes: int) -> None:
+    def ranks(
+        self,
+        *,
+        node_of_rank: np.ndarray,
+        gpus_per_node: int,
+        leaf_of_node: np.ndarray,
+        nics_per_gpu: bool,
+        tp: int,
+        pp: int,
+        nodes: int,
+    ) -> None:
         world = node_of_rank.shape[0]
         rank = np.arange(world)
         local = rank % gpus_per_node

@@ -111,8 +111,14 @@ def simulate(
 
     coll = step_collectives(wl)
     transfers = TransferModel(
-        cl, nodes=dp_nodes, gpus_per_node=g // p.tp, ops_sizes=coll.keys, steps=steps, noise=nz,
-        seed=seed, names=names,
+        cl,
+        nodes=dp_nodes,
+        gpus_per_node=g // p.tp,
+        ops_sizes=coll.keys,
+        steps=steps,
+        noise=nz,
+        seed=seed,
+        names=names,
     )
     engine = Engine(workload=wl, noise=nz, transfers=transfers, nodes=nodes, gpus_per_node=g, seed=seed)
     state = engine.initial_state()
@@ -156,8 +162,16 @@ def simulate(
                 from fabricpace.pacing.state import Decision, PacingState
 
                 apply_state(state, PacingState(), batch=wl.batch_per_gpu, gpus_per_node=g)
-                decisions = [Decision(step=w1, rank=-1, policy="guard", action="off",
-                                      value=0.0, reason=f"controller error: {exc!r}")]
+                decisions = [
+                    Decision(
+                        step=w1,
+                        rank=-1,
+                        policy="guard",
+                        action="off",
+                        value=0.0,
+                        reason=f"controller error: {exc!r}",
+                    )
+                ]
                 extra["pacing_error"] = repr(exc)
                 controller = None
             rec.decisions(decisions)

@@ -73,7 +73,13 @@ class TransferModel:
                 # Same seed for every size in a segment: one ECMP draw per step shared by all buckets.
                 rng = np.random.default_rng([seed, s_id])
                 t = sample_collective_times(
-                    cluster, op, int(nbytes), nodes=nodes, n=int(where.size), rng=rng, link_scale=vec,
+                    cluster,
+                    op,
+                    int(nbytes),
+                    nodes=nodes,
+                    n=int(where.size),
+                    rng=rng,
+                    link_scale=vec,
                     gpus_per_node=gpus_per_node,
                 )
                 times[where, col] = np.asarray(t, dtype=float)

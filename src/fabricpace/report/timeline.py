@@ -1,0 +1,99 @@
+"""Per-rank timeline of a few steps (the paper's Figure 2, "coordination bottleneck timeline").
+
+Each rank is a row; each step is drawn as consecutive segments — gc, data, compute, paced, and wait
+(blocked until the collectives finished) — plus a thin bar spanning the time that rank's collectives
+were in flight (first issue to last completion). Ranks that arrive last push everyone's wait; the
+figure shows that directly. Built from the run directory only, so it works for any source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+
+from fabricpace.run.reader import RunData
+
+SEGMENTS = (
+    ("gc_ns", "gc pause", "#B279A2"),
+    ("data_ns", "data", "#72B7B2"),
+    ("compute_ns", "compute", "#4C78A8"),
+    ("paced_ns", "paced", "#54A24B"),
+    ("wait_ns", "wait (peers + exposed comm)", "#E45756"),
+)
+
+
+def pick_ranks(run: RunData, max_ranks: int) -> list[int]:
+    """Up to ``max_ranks`` ranks: every rank for small jobs, else evenly spaced plus the slowest."""
+    ranks = sorted(run.steps["rank"].unique().to_list())
+    if len(ranks) <= max_ranks:
+        return ranks
+    compute = run.steps.group_by("rank").agg(pl.col("compute_ns").median()).sort("compute_ns")
+    slowest = compute["rank"].to_list()[-max(1, max_ranks // 8) :]
+    spaced = [ranks[int(i)] for i in np.linspace(0, len(ranks) - 1, max_ranks - len(slowest))]
+    return sorted(set(spaced) | set(slowest))
+
+
+def timeline_figure(run: RunData, steps: tuple[int, int] | None = None, *, max_ranks: int = 32) -> go.Figure:
+    """Gantt-style figure of steps ``steps[0]..steps[1]`` (inclusive; default: 3 steps mid-run)."""
+    all_steps = sorted(run.steps["step"].unique().to_list())
+    if steps is None:
+        mid = all_steps[len(all_steps) // 2] if all_steps else 0
+        steps = (mid, mid + 2)
+    ranks = pick_ranks(run, max_ranks)
+    sel = run.steps.filter(pl.col("step").is_between(steps[0], steps[1]) & pl.col("rank").is_in(ranks)).sort(
+        ["rank", "step"]
+    )
+    fig = go.Figure()
+    if sel.height == 0:
+        fig.update_layout(title=f"No steps {steps[0]}..{steps[1]} in {run.path}")
+        return fig
+    t0 = int(sel["t_start_ns"].to_numpy().min())
+    label = [f"rank {r}" for r in sel["rank"].to_list()]
+    cursor = (sel["t_start_ns"].to_numpy() - t0) / 1e6
+    for col, name, color in SEGMENTS:
+        dur = sel[col].fill_null(0).to_numpy() / 1e6
+        fig.add_trace(
+            go.Bar(
+                y=label,
+                x=dur,
+                base=cursor,
+                orientation="h",
+                name=name,
+                marker_color=color,
+                hovertemplate=f"{name}: %{{x:.2f}} ms<extra>%{{y}}</extra>",
+                width=0.7,
+            )
+        )
+        cursor = cursor + dur
+    coll = run.collectives
+    if coll.height:
+        span = (
+            coll.filter(pl.col("step").is_between(steps[0], steps[1]) & pl.col("rank").is_in(ranks))
+            .group_by(["rank", "step"])
+            .agg(pl.col("t_enter_ns").min(), pl.col("t_exit_ns").max())
+            .sort(["rank", "step"])
+        )
+        if span.height:
+            fig.add_trace(
+                go.Bar(
+                    y=[f"rank {r}" for r in span["rank"].to_list()],
+                    x=(span["t_exit_ns"] - span["t_enter_ns"]).to_numpy() / 1e6,
+                    base=(span["t_enter_ns"].to_numpy() - t0) / 1e6,
+                    orientation="h",
+                    name="collectives in flight",
+                    marker_color="#F58518",
+                    width=0.2,
+                    hovertemplate="comm %{x:.2f} ms<extra>%{y}</extra>",
+                )
+            )
+    fig.update_layout(
+        barmode="overlay",
+        title={"text": f"Per-rank timeline, steps {steps[0]}–{steps[1]} ({run.manifest.source})", "x": 0},
+        xaxis_title="time (ms)",
+        yaxis={"autorange": "reversed", "type": "category"},
+        height=int(min(1000, 120 + 22 * len(ranks))),
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig

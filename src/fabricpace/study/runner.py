@@ -1,0 +1,207 @@
+"""Scaling studies: run (nodes × mode × repeat) points on a backend, then summarize every run the same way.
+
+Backends: ``sim`` runs in this process (``fabricpace.sim.simulate``); ``local`` and ``lab`` are modules
+``fabricpace.study.local`` / ``fabricpace.study.lab`` with ``run_point(*, nodes, mode, steps, seed,
+out_dir, scenario) -> Path``, imported by name. Every row comes from ``metrics.summarize_run`` on the run
+directory, whatever produced it. Repeat ``i`` uses seed ``seed + i`` in every mode, so baseline and
+paced runs of one repeat see the same noise draws (common random numbers: a paired comparison).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabricpace._errors import InputError
+from fabricpace.run.reader import load_run
+from fabricpace.study.metrics import summarize_run
+from fabricpace.study.stats import mean_ci, paired_delta
+
+BACKENDS = ("sim", "local", "lab")
+MODES = ("baseline", "paced")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyPlan:
+    backend: str
+    nodes: tuple[int, ...]
+    modes: tuple[str, ...]
+    repeats: int
+    steps: int
+    warmup: int
+    seed: int
+    out_dir: Path
+    cluster: str | None = None
+    workload: str | None = None
+    noise: str | None = None
+    scenario: str | None = None
+    window: int = 50
+
+    def points(self) -> list[tuple[int, str, int]]:
+        # Interleave modes within a repeat so slow drift on real backends hits both modes alike.
+        return [(n, m, r) for n in self.nodes for r in range(self.repeats) for m in self.modes]
+
+
+@dataclass(kw_only=True)
+class StudyResult:
+    plan: StudyPlan
+    points: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.plan).items()}
+        return {"plan": plan, "rows": self.rows, "points": self.points}
+
+
+def check_plan(plan: StudyPlan) -> None:
+    if plan.backend not in BACKENDS:
+        raise InputError(f"--backend {plan.backend!r}: choose one of {', '.join(BACKENDS)}")
+    bad = [m for m in plan.modes if m not in MODES]
+    if bad or not plan.modes:
+        raise InputError(f"--compare {','.join(plan.modes)!r}: modes are {', '.join(MODES)}")
+    if plan.repeats < 1:
+        raise InputError(f"--repeats {plan.repeats}: must be at least 1")
+    if plan.warmup < 0 or plan.steps < plan.warmup + 2:
+        raise InputError(
+            f"--steps {plan.steps} / --warmup {plan.warmup}: need at least warmup + 2 steps to measure"
+        )
+    if plan.backend == "sim" and (plan.cluster is None or plan.workload is None):
+        raise InputError("study --backend sim needs --cluster and --workload, or --scenario NAME|DIR")
+
+
+def _backend_module(name: str) -> Any:
+    try:
+        return importlib.import_module(f"fabricpace.study.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"fabricpace.study.{name}":
+            raise
+        raise InputError(
+            f"--backend {name}: backend module fabricpace.study.{name} is not available in this install; "
+            "use --backend sim"
+        ) from exc
+
+
+def _sim_point(plan: StudyPlan, *, nodes: int, mode: str, seed: int, out_dir: Path) -> Path:
+    from fabricpace.sim import SimOptions, simulate
+
+    controller = None
+    if mode == "paced":
+        controller = _make_controller(plan, nodes)
+    return simulate(
+        plan.cluster,
+        plan.workload,  # type: ignore[arg-type]
+        plan.noise,
+        nodes=nodes,
+        steps=plan.steps,
+        seed=seed,
+        out_dir=out_dir,
+        controller=controller,
+        options=SimOptions(window=plan.window),
+    )
+
+
+def _make_controller(plan: StudyPlan, nodes: int) -> Any:
+    try:
+        from fabricpace.pacing import Controller
+    except ImportError as exc:
+        raise InputError(
+            "--compare paced: the pacing controller (fabricpace.pacing) is not available"
+        ) from exc
+    from fabricpace.fabric import load_cluster
+
+    cl = load_cluster(plan.cluster)  # type: ignore[arg-type]
+    g = cl.gpus_per_node
+    leaves = [cl.leaf_of(r // g) for r in range(nodes * g)]
+    # The same policies as the observer's pacing="auto".
+    return Controller(nodes * g, policies="auto", leaves=leaves)
+
+
+def run_point(plan: StudyPlan, *, nodes: int, mode: str, repeat: int) -> dict[str, Any]:
+    """Run one point and summarize its run directory."""
+    seed = plan.seed + repeat
+    out = plan.out_dir / "runs" / f"{plan.backend}-n{nodes}-{mode}-r{repeat}"
+    if plan.backend == "sim":
+        run_dir = _sim_point(plan, nodes=nodes, mode=mode, seed=seed, out_dir=out)
+    else:
+        mod = _backend_module(plan.backend)
+        run_dir = Path(
+            mod.run_point(
+                nodes=nodes, mode=mode, steps=plan.steps, seed=seed, out_dir=out, scenario=plan.scenario
+            )
+        )
+    summary = summarize_run(load_run(run_dir), plan.warmup)
+    return {
+        "backend": plan.backend,
+        "nodes": nodes,
+        "mode": mode,
+        "repeat": repeat,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        **summary,
+    }
+
+
+def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table-1 rows: per (nodes, mode) mean throughput with 95% CI, CV, efficiency, delta vs baseline."""
+    rows: list[dict[str, Any]] = []
+    by: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for p in points:
+        by.setdefault((p["nodes"], p["mode"]), []).append(p)
+    smallest = min(plan.nodes)
+    for mode in plan.modes:
+        for nodes in sorted(plan.nodes):
+            pts = sorted(by.get((nodes, mode), []), key=lambda p: p["repeat"])
+            if not pts:
+                continue
+            thr, ci = mean_ci([p["throughput"] for p in pts])
+            cv, cv_ci = mean_ci([p["cv"] for p in pts])
+            row: dict[str, Any] = {
+                "backend": plan.backend,
+                "nodes": nodes,
+                "mode": mode,
+                "throughput": thr,
+                "throughput_ci": list(ci) if ci else None,
+                "cv": cv,
+                "cv_ci": list(cv_ci) if cv_ci else None,
+                "efficiency": None,
+                "steps": int(pts[0]["steps"]),
+                "repeats": len(pts),
+                "delta_pct": None,
+                "delta_ci_pct": None,
+            }
+            small = by.get((smallest, mode))
+            if small:
+                ref, _ = mean_ci([p["throughput"] for p in small])
+                row["efficiency"] = (thr / nodes) / (ref / smallest) if ref > 0 else None
+            base = by.get((nodes, "baseline"))
+            if mode != "baseline" and base:
+                b = {p["repeat"]: p["throughput"] for p in base}
+                paired = [(b[p["repeat"]], p["throughput"]) for p in pts if p["repeat"] in b]
+                d, dci = paired_delta([x for x, _ in paired], [y for _, y in paired])
+                row["delta_pct"] = 100 * d
+                row["delta_ci_pct"] = [100 * dci[0], 100 * dci[1]] if dci else None
+            rows.append(row)
+    return rows
+
+
+def run_study(plan: StudyPlan, *, progress: Callable[[str], None] | None = None) -> StudyResult:
+    """Run every point (progress called with a label after each) and write ``study.json``."""
+    check_plan(plan)
+    if plan.out_dir.exists() and any(plan.out_dir.iterdir()):
+        raise InputError(f"{plan.out_dir}: already exists and is not empty; choose a new --out")
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    result = StudyResult(plan=plan)
+    for nodes, mode, repeat in plan.points():
+        result.points.append(run_point(plan, nodes=nodes, mode=mode, repeat=repeat))
+        if progress is not None:
+            progress(f"{plan.backend} {nodes} nodes {mode} #{repeat + 1}")
+    result.rows = aggregate(plan, result.points)
+    tmp = plan.out_dir / f".study.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    os.replace(tmp, plan.out_dir / "study.json")
+    return result
