@@ -7,7 +7,7 @@ controller reads only these, so every rank — and the simulator's twin — take
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, fields
+from dataclasses import MISSING, astuple, dataclass, fields
 
 import numpy as np
 
@@ -36,13 +36,17 @@ class WindowSummary:
     paced_mean_ns: float
     samples_mean: float
     rss_bytes: float  # resident memory at window end (gc actuator bounds it)
+    # Added by the observer (defaults keep older constructors working):
+    arrivals_compared: float = 0.0  # collectives of this rank matched across ranks (≤ arrival slots)
+    skew_mean_ns: float = 0.0  # per step: time waiting for the last peer to arrive (wait minus transfer)
 
     def to_array(self) -> np.ndarray:
         return np.asarray(astuple(self), dtype=np.float64)
 
     @classmethod
     def from_array(cls, values: np.ndarray) -> WindowSummary:
-        names = WINDOW_FIELDS
+        # Vectors built before the defaulted trailing fields were added stay readable (defaults apply).
+        names = WINDOW_FIELDS[: len(values)] if len(values) >= _REQUIRED else WINDOW_FIELDS
         kwargs: dict[str, float | int] = {n: float(v) for n, v in zip(names, values, strict=True)}
         for n in ("rank", "window", "first_step", "steps"):
             kwargs[n] = int(kwargs[n])
@@ -50,3 +54,4 @@ class WindowSummary:
 
 
 WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))
+_REQUIRED = sum(1 for f in fields(WindowSummary) if f.default is MISSING)

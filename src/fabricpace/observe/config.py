@@ -1,0 +1,53 @@
+"""Tunables of the in-process observer, in one frozen keyword-only dataclass with sane defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fabricpace._errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObserverConfig:
+    """How the observer records, aggregates and protects the job.
+
+    Every timeout bounds a side-channel operation, so a gone peer can stall a step at most that long,
+    once: after any failure the observer degrades to a no-op and training continues.
+    """
+
+    # Steps per window: one fixed-size all-gather of window summaries every `window` steps.
+    window: int = 50
+    # Steps buffered per chunk before handing them to the writer (a chunk is one Parquet part).
+    flush_every: int = 50
+    # "thread": a background thread writes chunks (main thread only swaps buffers);
+    # "main": the main thread writes them (deterministic, for tests and debugging).
+    flush_mode: str = "thread"
+    # Recent collectives per rank shipped with each window summary, so every rank can tell who
+    # arrived last (see window.py). The gathered tensor has a fixed size regardless of traffic.
+    arrival_slots: int = 128
+    # Clock alignment: NTP-style round trips per exchange, and re-alignment period in steps
+    # (0 = only at start). Re-alignment runs at a window boundary, so it adds no extra sync point.
+    clock_rounds: int = 12
+    clock_every: int = 500
+    # Side-channel timeouts (seconds): store round trips, the window all-gather, writer shutdown.
+    store_timeout_s: float = 20.0
+    gather_timeout_s: float = 30.0
+    close_timeout_s: float = 10.0
+    # CUDA: events are resolved this many steps later (never torch.cuda.synchronize on the hot path).
+    event_lag_steps: int = 2
+    # Print one status line per window on rank 0 (stderr).
+    status_line: bool = True
+    # Probe `nvidia-smi topo -m` when present (bounded by this timeout).
+    probe_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        # Checked here so a bad config is refused at construction, before training starts.
+        for name in ("window", "flush_every", "arrival_slots", "clock_rounds"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"ObserverConfig.{name} must be >= 1 (got {getattr(self, name)!r})")
+        if self.clock_every < 0:
+            raise ConfigError(f"ObserverConfig.clock_every must be >= 0 (got {self.clock_every!r})")
+        if self.flush_mode not in ("thread", "main"):
+            raise ConfigError(
+                f"ObserverConfig.flush_mode must be 'thread' or 'main' (got {self.flush_mode!r})"
+            )

@@ -1,0 +1,573 @@
+"""The Observer: arrival-level telemetry inside a real PyTorch job, at negligible cost.
+
+Lifecycle (every rank runs the same code at the same place):
+
+1. start — rank and world from the initialized process group (or torchrun's environment); one
+   small gloo group with its own timeout for the window gathers; rank 0 publishes the run start and
+   the run directory on the Store side channel; NTP-style clock alignment; locality probe; rank 0
+   writes manifest.json and ranks.parquet; the DDP comm hook and the gc callback are installed.
+2. per step — ``with obs.step(samples=n):`` stamps start and end; the comm hook stamps each bucket's
+   arrival and completion; ``obs.phase`` and ``obs.collective`` add optional detail. No collective
+   and no I/O happen here.
+3. every ``flush_every`` steps — finalized rows are handed to the chunk writer (a list swap).
+4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``); the
+   pacer reads them; rank 0 prints the status line and updates Prometheus; every ``clock_every``
+   steps a background re-alignment runs.
+5. close — last chunk, writer drained with a timeout, rank 0 waits (bounded) for every rank to
+   report closed, rewrites ranks.parquet with the final clock offsets, writes windows.parquet and
+   marks the manifest complete.
+
+Any failure is logged once (``_guard``) and switches off the part that failed; a failure in the
+core switches the whole observer off. The DDP hook keeps reducing exactly as before.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from fabricpace.observe import align, chunks, locality, windows
+from fabricpace.observe._guard import LOG, Guard
+from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
+from fabricpace.observe.config import ObserverConfig
+from fabricpace.observe.pacer import SafePacer, load_pacer
+from fabricpace.observe.recorder import Recorder
+from fabricpace.observe.sidechannel import SideChannel, default_store
+from fabricpace.run.manifest import Manifest, write_manifest
+from fabricpace.run.schema import RANK_SCHEMA
+from fabricpace.run.window import WindowSummary
+from fabricpace.run.writer import write_table_atomic
+
+RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
+_SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
+
+
+class _StepContext:
+    """Reused for every step so entering a step allocates nothing."""
+
+    __slots__ = ("obs",)
+
+    def __init__(self, obs: Observer) -> None:
+        self.obs = obs
+
+    def __enter__(self) -> _StepContext:
+        self.obs._begin_step()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.obs._end_step()
+
+
+class _Span:
+    """``obs.phase(name)`` and ``obs.collective(name, nbytes)``."""
+
+    __slots__ = ("kind", "name", "nbytes", "obs", "rec", "t0")
+
+    def __init__(self, obs: Observer, kind: str, name: str, nbytes: int) -> None:
+        self.obs, self.kind, self.name, self.nbytes = obs, kind, name, nbytes
+        self.rec: Any = None
+        self.t0 = 0
+
+    def __enter__(self) -> _Span:
+        obs = self.obs
+        if obs.recording:
+            if self.kind == "phase":
+                self.t0 = obs.clock.now()
+            else:
+                self.rec = obs.recorder.enter(self.kind, self.name, self.nbytes, True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        obs = self.obs
+        if not obs.recording:
+            return
+        if self.kind == "phase":
+            dur = obs.clock.now() - self.t0
+            if self.name == "data":
+                obs._data_ns += dur
+            obs.recorder.phase(self.name, self.t0, dur)
+        elif self.rec is not None:
+            obs.recorder.exit(self.rec)
+
+
+class Observer:
+    """Records steps and collectives of this rank into a run directory. Use ``observe()`` to build one."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        *,
+        pacing: Any = "off",
+        window: int | None = None,
+        metrics_port: int | None = None,
+        config: ObserverConfig | None = None,
+        comm_hook: tuple[Any, Any] | None = None,
+        wrap_collectives: bool = False,
+        event_source: Any = None,
+    ) -> None:
+        cfg = config or ObserverConfig()
+        if window is not None:
+            from dataclasses import replace
+
+            cfg = replace(cfg, window=window)
+        self.config = cfg
+        self.model = model
+        self.recording = False  # hot-path switch; True once started
+        self.closed = False
+        self.step_index = -1
+        self.summaries: list[WindowSummary] = []  # the last window's summaries (all ranks)
+        self.window_history: list[list[WindowSummary]] = []
+        self.clock_estimate = align.ClockEstimate(0, 0, 0)
+        self._data_ns = 0
+        self._gc_ns = 0
+        self._gc_count = 0
+        self._gc_t = 0
+        self._samples = 0
+        self._steps_in_chunk = 0
+        self._steps_in_window = 0
+        self._window_index = 0
+        self._group: Any = None
+        self._wrapper: Any = None
+        self._metrics: Any = None
+        self._clock_jobs: queue.Queue[int | None] | None = None
+        self._clock_thread: threading.Thread | None = None
+        self._ctx = _StepContext(self)
+        self._rank_row: dict[str, Any] = {}
+        self.rank, self.world, self.distributed = _rank_world()
+        self.guard = Guard(self.rank)
+        self.clock = CpuClock(clock_shift_ns(self.rank))
+        self.t0 = self.clock.now()
+        self.base_ns = self.t0
+        self.run_dir = Path(run_dir or os.environ.get(RUN_DIR_ENV) or _default_run_dir())
+        self.pacer = SafePacer(None, self.guard, self.rank, self.world)
+        _SESSIONS[0] += 1
+        self.channel = SideChannel(default_store() if self.distributed else None,
+                                   f"fabricpace/obs{_SESSIONS[0]}", cfg.store_timeout_s)
+        try:
+            self._start(model, pacing, metrics_port, comm_hook, wrap_collectives, event_source)
+        except Exception as exc:  # the job must not notice: switch everything off
+            self.guard.fail("observer", exc)
+            self._switch_off()
+
+    # ------------------------------------------------------------------ start
+    def _start(self, model: Any, pacing: Any, metrics_port: int | None, comm_hook: Any,
+               wrap_collectives: bool, event_source: Any) -> None:
+        cfg = self.config
+        if self.distributed:
+            import torch.distributed as dist
+
+            if self.channel.store is None:
+                raise RuntimeError("no Store on the default process group")
+            # A private gloo group with its own timeout: window gathers can never hang training
+            # (and on NCCL jobs they stay off the GPU).
+            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
+        if not self.distributed:
+            if self.rank == 0:
+                self.run_dir = _fresh_dir(self.run_dir)
+        elif self.rank == 0:
+            self.run_dir = _fresh_dir(self.run_dir)
+            self.channel.set_json("start", {"t0": self.t0, "run_dir": str(self.run_dir)})
+        else:
+            info = self.channel.get_json("start")
+            self.run_dir = Path(info["run_dir"])
+            self.t0 = int(info["t0"])  # rank 0's clock; aligned time = local - offset - t0
+        self.base_ns = self.t0
+        if self.distributed:
+            self.clock_estimate = align.exchange(self.channel, rank=self.rank, world=self.world,
+                                                 now=self.clock.now, rounds=cfg.clock_rounds, epoch=0)
+            self.base_ns = self.t0 + self.clock_estimate.offset_ns
+        timeline: Any = CpuTimeline(self.clock)
+        if event_source is not None or _on_cuda(model):
+            from fabricpace.observe.clocks import CudaEventSource
+
+            timeline = EventTimeline(self.clock, event_source or CudaEventSource())
+        self.recorder = Recorder(timeline)
+        self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
+        self._publish_rank()
+        if self.rank == 0:
+            self._write_rank0_files(complete=False, model=model, pacing=pacing)
+        try:
+            self.pacer = SafePacer(
+                load_pacer(pacing, rank=self.rank, world=self.world, run_dir=self.run_dir, window=cfg.window),
+                self.guard, self.rank, self.world,
+            )
+        except Exception as exc:
+            self.guard.fail("pacing", exc)
+        gc.callbacks.append(self._on_gc)
+        if model is not None:
+            self._install_hook(model, comm_hook)
+        if wrap_collectives:
+            from fabricpace.observe.collectives import CollectiveWrapper
+
+            self._wrapper = CollectiveWrapper(self)
+            self._wrapper.install()
+        if metrics_port is not None and self.rank == 0:
+            try:
+                from fabricpace.observe.status import Metrics
+
+                self._metrics = Metrics(metrics_port)
+            except Exception as exc:
+                self.guard.fail("metrics", exc)
+        if self.distributed and cfg.clock_every > 0:
+            self._clock_jobs = queue.Queue()
+            self._clock_thread = threading.Thread(
+                target=self._clock_loop, name="fabricpace-clock", daemon=True
+            )
+            self._clock_thread.start()
+        self.recording = True
+
+    def _install_hook(self, model: Any, comm_hook: tuple[Any, Any] | None) -> None:
+        from fabricpace.observe.collectives import group_name
+        from fabricpace.observe.hooks import wrap_hook
+
+        pg = getattr(model, "process_group", None)
+        state, hook = comm_hook if comm_hook is not None else (None, None)
+        try:
+            model.register_comm_hook(
+                None, wrap_hook(self, user_hook=hook, user_state=state, process_group=pg,
+                                group_name="ddp:" + group_name(pg))
+            )
+        except Exception as exc:
+            # E.g. a hook was already registered: steps are still recorded, buckets are not.
+            self.guard.fail("comm hook", exc)
+
+    def _publish_rank(self) -> None:
+        row = locality.probe(self.rank)
+        row["clock_offset_ns"] = self.clock_estimate.offset_ns
+        row["clock_err_ns"] = self.clock_estimate.err_ns
+        self._rank_row = row
+        self.channel.set_json(f"rank/{self.rank}", row)
+
+    def _collect_ranks(self, prefix: str, timeout_s: float) -> list[dict[str, Any]]:
+        rows = []
+        for r in range(self.world):
+            try:
+                rows.append(self.channel.get_json(f"{prefix}/{r}", timeout_s))
+            except Exception:  # a rank that never reported keeps a row of nulls
+                rows.append({"rank": r})
+        return rows
+
+    def _write_rank0_files(self, *, complete: bool, model: Any = None, pacing: Any = None) -> None:
+        """Rank 0: ranks.parquet and manifest.json (atomic files; a failure turns writing off)."""
+        if not self.sink.enabled:
+            return
+        try:
+            rows = self._collect_ranks("rank", self.config.store_timeout_s if not complete else 1.0)
+            hosts: list[str] = []
+            for row in rows:
+                if row.get("host") is not None and row["host"] not in hosts:
+                    hosts.append(row["host"])
+            for row in rows:
+                if row.get("node") is None and row.get("host") in hosts:
+                    row["node"] = hosts.index(row["host"])
+            write_table_atomic(self.run_dir / "ranks.parquet", _ranks_table(rows))
+            if not complete:
+                per_node = rows[0].get("local_world_size") or max(self.world // max(len(hosts), 1), 1)
+                self._manifest = Manifest(
+                    source="observer", world_size=self.world, nodes=max(len(hosts), 1),
+                    gpus_per_node=int(per_node),
+                    workload=_workload(model),
+                    pacing={"mode": pacing if isinstance(pacing, str) else type(pacing).__name__},
+                    extra={"observer": {k: getattr(self.config, k) for k in self.config.__dataclass_fields__},
+                           "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)"},
+                )
+            write_manifest(self.run_dir, self._manifest)
+        except Exception as exc:
+            self.guard.fail("writing", exc)
+
+    # ------------------------------------------------------------------ hot path
+    def step(self, samples: int = 0) -> _StepContext:
+        """Context manager around one training step; ``samples`` = this rank's samples in it."""
+        self._samples = samples
+        return self._ctx
+
+    def phase(self, name: str) -> _Span:
+        """Time a phase of the step (``"data"`` counts as data time)."""
+        return _Span(self, "phase", name, 0)
+
+    def collective(self, name: str, nbytes: int = 0, group: str = "world") -> _Span:
+        """Record a blocking collective issued by hand (arrival on enter, completion on exit)."""
+        return _Span(self, group, name, nbytes)
+
+    def batch_share(self, global_batch: int) -> int:
+        """This rank's samples of ``global_batch`` for the next step (equal split when pacing is off)."""
+        return self.pacer.batch_share(global_batch)
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t = self.clock.now()
+        elif self._gc_t:
+            self._gc_ns += self.clock.now() - self._gc_t
+            self._gc_count += 1
+            self._gc_t = 0
+
+    def _begin_step(self) -> None:
+        self.step_index += 1
+        if not self.recording:
+            return
+        try:
+            self.pacer.on_step_start(self.step_index)
+            self._data_ns = 0
+            self._gc0, self._gcc0 = self._gc_ns, self._gc_count
+            self.recorder.begin(self.step_index)
+        except Exception as exc:
+            self._fail_recording(exc)
+
+    def _end_step(self) -> None:
+        if self.closed:
+            return
+        if self.recording:
+            try:
+                paced = self.pacer.on_step_end(self.step_index)
+                self.recorder.end(self._data_ns, self._gc_ns - self._gc0, self._gc_count - self._gcc0,
+                                  paced, self._samples)
+                self._steps_in_chunk += 1
+                if self._steps_in_chunk >= self.config.flush_every:
+                    self._flush()
+            except Exception as exc:
+                self._fail_recording(exc)
+        # Window boundaries are counted even when recording failed, so this rank keeps joining the
+        # gathers its peers expect (with an empty contribution) instead of making them time out.
+        self._steps_in_window += 1
+        if self._steps_in_window >= self.config.window:
+            self._steps_in_window = 0
+            self._window()
+
+    def _fail_recording(self, exc: BaseException) -> None:
+        self.guard.fail("recording", exc)
+        self.recording = False
+
+    # ------------------------------------------------------------------ chunks and windows
+    def _flush(self) -> None:
+        self._steps_in_chunk = 0
+        s, c, o = self.recorder.take_chunk()
+        self.sink.submit({"steps": s, "collectives": c, "ops": o}, self.base_ns)
+
+    def _window(self) -> None:
+        if not self.guard.ok("gather"):
+            return
+        cfg = self.config
+        try:
+            steps, colls = self.recorder.take_window() if self.recording else ([], [])
+            vec = windows.local_vector(rank=self.rank, window=self._window_index, steps=steps, colls=colls,
+                                       base_ns=self.base_ns, slots=cfg.arrival_slots)
+            matrix = self._gather(vec) if self.distributed else vec[None, :]
+            summaries = windows.cross_rank(matrix, cfg.arrival_slots)
+        except Exception as exc:
+            self.guard.fail("gather", exc)
+            return
+        self.summaries = summaries
+        self.window_history.append(summaries)
+        self._window_index += 1
+        self.pacer.on_window(self.step_index, summaries)
+        if self.rank == 0:
+            self._report(summaries)
+        if (self._clock_jobs is not None and cfg.clock_every > 0
+                and (self.step_index + 1) % cfg.clock_every < cfg.window):
+            self._clock_jobs.put(self._window_index)
+
+    def _gather(self, vec: np.ndarray) -> np.ndarray:
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.from_numpy(vec)
+        out = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(out, mine, group=self._group)
+        return torch.stack(out).numpy()
+
+    def _report(self, summaries: list[WindowSummary]) -> None:
+        from fabricpace.observe.status import print_status, status_line, window_stats
+
+        try:
+            stats = window_stats(summaries)
+            if self.config.status_line:
+                print_status(status_line(stats, self.pacer.status()))
+            if self._metrics is not None:
+                self._metrics.update(stats, summaries)
+        except Exception as exc:
+            self.guard.fail("status", exc)
+
+    # ------------------------------------------------------------------ clock re-alignment
+    def _clock_loop(self) -> None:
+        assert self._clock_jobs is not None
+        while True:
+            epoch = self._clock_jobs.get()
+            if epoch is None:
+                return
+            if not self.guard.ok("clock"):
+                continue
+            try:
+                est = align.exchange(self.channel, rank=self.rank, world=self.world, now=self.clock.now,
+                                     rounds=self.config.clock_rounds, epoch=epoch)
+            except Exception as exc:
+                self.guard.fail("clock", exc)
+                continue
+            if self.rank != 0:
+                self.clock_estimate = est
+                self.base_ns = self.t0 + est.offset_ns  # one int assignment: atomic for readers
+            self._rank_row.update(clock_offset_ns=est.offset_ns, clock_err_ns=est.err_ns)
+            try:
+                self.channel.set_json(f"rank/{self.rank}", self._rank_row)
+            except Exception as exc:
+                self.guard.fail("clock", exc)
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """Flush, drain the writer (bounded), and let rank 0 mark the run complete. Idempotent."""
+        if self.closed:
+            return
+        was_recording = self.recording
+        self.recording = False
+        self.closed = True
+        try:
+            if was_recording:
+                poll = getattr(self.recorder.timeline, "source", None)
+                if poll is not None and self.recorder._pending:
+                    poll.synchronize()  # close is off the hot path: resolve the last device events
+                    self.recorder.poll()
+                self._flush()
+            drained = self.sink.close(self.config.close_timeout_s) if hasattr(self, "sink") else True
+            if not drained:
+                self.guard.fail("writing", "writer did not drain within close_timeout_s")
+        except Exception as exc:
+            self.guard.fail("close", exc)
+        self._switch_off()
+        if not hasattr(self, "sink"):
+            return
+        try:
+            self.channel.set(f"closed/{self.rank}", "1")
+            if self.rank == 0:
+                self._finish_rank0()
+        except Exception as exc:
+            self.guard.fail("close", exc)
+
+    def _finish_rank0(self) -> None:
+        unclosed = []
+        deadline = time.monotonic() + self.config.close_timeout_s
+        for r in range(self.world):
+            try:
+                self.channel.wait(f"closed/{r}", max(0.05, deadline - time.monotonic()))
+            except Exception:
+                unclosed.append(r)
+        if not self.sink.enabled or not hasattr(self, "_manifest"):
+            return
+        try:
+            if self.window_history:
+                rows = [dict(vars(s)) for w in self.window_history for s in w]
+                write_table_atomic(self.run_dir / "windows.parquet", pa.Table.from_pylist(rows))
+        except Exception as exc:
+            self.guard.fail("writing", exc)
+        self._manifest.complete = not unclosed
+        self._manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(self.guard.failed),
+                                    steps=self.step_index + 1)
+        self._write_rank0_files(complete=True)
+
+    def _switch_off(self) -> None:
+        self.recording = False
+        for action in (self._remove_gc, self._stop_threads, self.pacer.close):
+            try:
+                action()
+            except Exception as exc:
+                self.guard.fail("close", exc)
+
+    def _remove_gc(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        if self._wrapper is not None:
+            self._wrapper.uninstall()
+            self._wrapper = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
+    def _stop_threads(self) -> None:
+        if self._clock_jobs is not None and self._clock_thread is not None:
+            self._clock_jobs.put(None)
+            self._clock_thread.join(self.config.close_timeout_s)
+            self._clock_jobs = None
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def failures(self) -> dict[str, str]:
+        """Parts of the observer that failed (part -> first reason)."""
+        return dict(self.guard.failed)
+
+
+def _rank_world() -> tuple[int, int, bool]:
+    """(rank, world, distributed): from the process group when initialized, else the environment."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size(), dist.get_world_size() > 1
+    except ImportError:
+        pass
+    rank = int(os.environ.get("RANK", "0") or 0)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        LOG.warning("fabricpace observer: WORLD_SIZE=%d but no process group is initialized; "
+                    "recording this rank only (no window gathers, no clock alignment)", world)
+    return rank, world, False
+
+
+def _on_cuda(model: Any) -> bool:
+    if model is None:
+        return False
+    try:
+        return any(p.is_cuda for p in model.parameters())
+    except Exception:
+        return False
+
+
+def _default_run_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def _fresh_dir(path: Path) -> Path:
+    """``path`` if absent or empty, else the first free sibling ``path-1``, ``path-2``, ... (no overwrite)."""
+    candidate, n = path, 0
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    if candidate != path:
+        LOG.warning("fabricpace observer: %s is not empty; writing this run to %s", path, candidate)
+    return candidate
+
+
+def _workload(model: Any) -> dict[str, Any]:
+    if model is None:
+        return {}
+    inner = getattr(model, "module", model)
+    try:
+        params = int(sum(p.numel() for p in inner.parameters()))
+    except Exception:
+        params = None
+    return {"model": type(inner).__name__, "parameters": params}
+
+
+def _ranks_table(rows: list[dict[str, Any]]) -> pa.Table:
+    arrays, fields = [], []
+    for f in RANK_SCHEMA:
+        arr = pa.array([r.get(f.name) for r in rows], type=f.type)
+        arrays.append(arr)
+        fields.append(f)
+    for key in ("local_world_size", "cpu_affinity", "gpu_pci", "gpu_numa", "nic_numa", "pid"):
+        arr = pa.array([r.get(key) for r in rows])
+        arrays.append(arr)
+        fields.append(pa.field(key, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

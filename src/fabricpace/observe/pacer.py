@@ -1,0 +1,123 @@
+"""The pacing hook: how the observer drives a pacer, and how a failing pacer is dropped safely.
+
+``pacing`` is "off" (default), a mode string handed to ``fabricpace.pacing.make_pacer``, or any
+object with the ``Pacer`` methods (custom pacers and tests). Every call goes through ``SafePacer``:
+the first exception is logged once, the pacer is closed and dropped, and training continues unpaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Protocol
+
+from fabricpace.observe._guard import Guard
+from fabricpace.run.window import WindowSummary
+
+
+class Pacer(Protocol):
+    def on_step_start(self, step: int) -> None: ...
+    def on_step_end(self, step: int) -> int: ...
+    def before_bucket(self, bucket_index: int) -> None: ...
+    def after_bucket(self, bucket_index: int) -> None: ...
+    def on_window(self, step: int, summaries: list[WindowSummary]) -> None: ...
+    def batch_share(self, global_batch: int) -> int: ...
+    def status(self) -> str: ...
+    def close(self) -> None: ...
+
+
+def load_pacer(pacing: Any, *, rank: int, world: int, run_dir: Path, window: int) -> Any:
+    """The pacer object for ``pacing`` (None when off)."""
+    if pacing is None or pacing == "off" or pacing is False:
+        return None
+    if isinstance(pacing, str):
+        from fabricpace.pacing import make_pacer  # type: ignore[attr-defined]
+
+        return make_pacer(pacing, rank=rank, world_size=world, run_dir=run_dir, window=window)
+    return pacing
+
+
+def equal_share(global_batch: int, rank: int, world: int) -> int:
+    """Equal split of the global batch; the first ``global_batch % world`` ranks take one more."""
+    base, extra = divmod(int(global_batch), world)
+    return base + (1 if rank < extra else 0)
+
+
+class SafePacer:
+    """Calls a pacer; on its first exception logs once, closes it and behaves as 'off' from then on."""
+
+    def __init__(self, pacer: Any, guard: Guard, rank: int, world: int) -> None:
+        self.pacer = pacer
+        self.guard = guard
+        self.rank = rank
+        self.world = world
+
+    @property
+    def active(self) -> bool:
+        return self.pacer is not None
+
+    def _drop(self, exc: BaseException) -> None:
+        pacer, self.pacer = self.pacer, None
+        self.guard.fail("pacing", exc)
+        with contextlib.suppress(Exception):  # it already failed; its close may fail too
+            pacer.close()
+
+    def on_step_start(self, step: int) -> None:
+        if self.pacer is not None:
+            try:
+                self.pacer.on_step_start(step)
+            except Exception as exc:
+                self._drop(exc)
+
+    def on_step_end(self, step: int) -> int:
+        if self.pacer is not None:
+            try:
+                return max(0, int(self.pacer.on_step_end(step) or 0))
+            except Exception as exc:
+                self._drop(exc)
+        return 0
+
+    def before_bucket(self, index: int) -> None:
+        if self.pacer is not None:
+            try:
+                self.pacer.before_bucket(index)
+            except Exception as exc:
+                self._drop(exc)
+
+    def after_bucket(self, index: int) -> None:
+        if self.pacer is not None:
+            try:
+                self.pacer.after_bucket(index)
+            except Exception as exc:
+                self._drop(exc)
+
+    def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
+        if self.pacer is not None:
+            try:
+                self.pacer.on_window(step, summaries)
+            except Exception as exc:
+                self._drop(exc)
+
+    def batch_share(self, global_batch: int) -> int:
+        if self.pacer is not None:
+            try:
+                return int(self.pacer.batch_share(global_batch))
+            except Exception as exc:
+                self._drop(exc)
+        return equal_share(global_batch, self.rank, self.world)
+
+    def status(self) -> str:
+        if self.pacer is not None:
+            try:
+                return str(self.pacer.status())
+            except Exception as exc:
+                self._drop(exc)
+        return "pacing off"
+
+    def close(self) -> None:
+        if self.pacer is not None:
+            pacer, self.pacer = self.pacer, None
+            try:
+                pacer.close()
+            except Exception as exc:
+                self.guard.fail("pacing", exc)

@@ -1,0 +1,68 @@
+"""A key-value side channel beside the process group (torch.distributed Store), with timeouts.
+
+The observer never puts its own coordination on the training process group's hot path: start-up
+information (run start, run directory, rank locality), clock exchanges and close-down handshakes go
+through the job's Store under a per-session prefix. Every blocking call has an explicit timeout, so
+a peer that is gone costs at most one timeout, after which the caller degrades.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+
+class SideChannel:
+    """Prefixed Store access with explicit timeouts (``None`` store = single process, local dict)."""
+
+    def __init__(self, store: Any, prefix: str, timeout_s: float) -> None:
+        self.store = store
+        self.prefix = prefix.rstrip("/") + "/"
+        self.timeout = timedelta(seconds=timeout_s)
+        self._local: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str | bytes) -> None:
+        data = value.encode() if isinstance(value, str) else value
+        if self.store is None:
+            self._local[key] = data
+        else:
+            self.store.set(self.prefix + key, data)
+
+    def get(self, key: str, timeout_s: float | None = None) -> bytes:
+        """Wait (at most the timeout) for ``key`` and return its value."""
+        if self.store is None:
+            if key not in self._local:
+                raise TimeoutError(f"side channel: key {key!r} never set")
+            return self._local[key]
+        timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
+        self.store.wait([self.prefix + key], timeout)
+        return bytes(self.store.get(self.prefix + key))
+
+    def wait(self, key: str, timeout_s: float | None = None) -> None:
+        if self.store is None:
+            if key not in self._local:
+                raise TimeoutError(f"side channel: key {key!r} never set")
+            return
+        timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
+        self.store.wait([self.prefix + key], timeout)
+
+    def set_json(self, key: str, value: Any) -> None:
+        self.set(key, json.dumps(value))
+
+    def get_json(self, key: str, timeout_s: float | None = None) -> Any:
+        return json.loads(self.get(key, timeout_s).decode())
+
+
+def default_store() -> Any:
+    """The Store of the initialized default process group (None when torch.distributed is not up)."""
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except Exception:  # a missing private API must not stop the job; the caller falls back
+        return None
