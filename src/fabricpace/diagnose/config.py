@@ -1,0 +1,50 @@
+"""Thresholds of the diagnosis, in one frozen keyword-only config (docs/diagnosis.md gives the reasons).
+
+Every share is a fraction of the run's mean step time. The defaults are chosen so that a healthy run
+(per-rank jitter of a few percent, as on a quiet cluster) never crosses them; see docs/diagnosis.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnoseConfig:
+    """Tunables of every detector. Shares are fractions of mean step time."""
+
+    # Data sufficiency.
+    min_steps: int = 20  # usable steps (after warm-up) below which every mode abstains
+    warmup_steps: int | None = None  # None: min(20, max(1, steps // 10))
+    min_rank_coverage: float = 0.5  # a step is used only when at least this share of ranks recorded it
+
+    # synchronization amplification: time the median rank waits for each step's slowest rank.
+    sync_min_share: float = 0.05
+
+    # persistent straggler: a rank slower than its peers in most steps, by a material amount.
+    straggler_min_excess: float = 0.03  # median excess over the other ranks' median, share of step time
+    straggler_consistency: float = 0.7  # share of steps in which the rank is slower than the others
+    straggler_z: float = 5.0  # excess / standard error of its median
+    # ... or one rank that is the slowest far more often than 1/N, and costs a material amount.
+    straggler_last_z: float = 4.5  # binomial z of the last-arriver count against 1/N
+    straggler_min_saving: float = 0.03  # what-if saving of replacing that rank alone
+
+    # topology contention: transfer time above what the fabric delivered (or should deliver).
+    contention_min_share: float = 0.05  # exposed excess transfer, share of step time
+    contention_min_inflation: float = 1.5  # a collective counts as inflated above this × baseline
+    contention_baseline_quantile: float = 0.10  # quiet baseline: this quantile of a collective's times
+    contention_concentration: float = 0.7  # share of the excess that must sit on cross-leaf groups
+    contention_runs_z: float = -4.0  # runs-test z below which inflated steps cluster in periods
+
+    # input stall: data-loader wait.
+    input_min_share: float = 0.10  # fleet-wide data time, share of step time
+    input_dominant_component: float = 0.5  # a culprit's excess is "data" when data is ≥ this share of it
+
+    # stage imbalance: pipeline stages with unequal work.
+    stage_min_excess: float = 0.10  # slowest stage's median work above the median stage, relative
+    stage_min_saving: float = 0.03
+
+    # Confidence: block bootstrap over steps.
+    bootstrap_resamples: int = 200
+    bootstrap_block: int = 10
+    seed: int = 0

@@ -1,0 +1,122 @@
+"""Which ranks are persistently (or dominantly) slower than their peers — shared by the straggler,
+input-stall and synchronization-amplification detectors.
+
+Input: the per-step *lateness* matrix (how long after its group's median rank each rank arrived at its
+collectives, the signal DESIGN.md prescribes). A rank is a culprit when either
+
+* it is slower than the median of the *other* ranks (of its pipeline stage) in most steps
+  (``straggler_consistency``), by a material amount (median excess ≥ ``straggler_min_excess`` of step
+  time) that is far outside its own noise (z ≥ ``straggler_z``); or
+* it is the step's slowest rank far more often than 1/N (binomial z ≥ ``straggler_last_z``) and
+  replacing it alone by its peers' median would save ≥ ``straggler_min_saving`` of step time
+  (an intermittent straggler: a rank with frequent long pauses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabricpace.diagnose.config import DiagnoseConfig
+from fabricpace.diagnose.metrics import RunMetrics
+from fabricpace.diagnose.stats import binomial_z, loo_median
+
+
+@dataclass(kw_only=True)
+class CulpritScan:
+    excess: np.ndarray  # [R, S] lateness minus the others' median (per stage)
+    centred: np.ndarray  # [R, S] lateness minus the fleet (stage) median
+    median_excess: np.ndarray  # [R]
+    slower_share: np.ndarray  # [R] share of steps slower than the others' median
+    z: np.ndarray  # [R]
+    last_count: np.ndarray  # [R] steps in which the rank was the slowest
+    last_steps: int  # steps with a resolvable slowest rank
+    last_z: np.ndarray  # [R]
+    solo_saving: np.ndarray  # [R] what-if share of replacing this rank alone
+    culprit: np.ndarray  # [R] bool
+    step_skew: np.ndarray  # [S] max − median lateness
+
+
+def _stage_groups(m: RunMetrics) -> list[np.ndarray]:
+    if m.stage_of_rank is None:
+        return [np.arange(m.n_ranks)]
+    return [np.flatnonzero(m.stage_of_rank == s) for s in np.unique(m.stage_of_rank)]
+
+
+def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
+    """Score every rank against its peers; vectorized over [rank, step]."""
+    r, s = late.shape
+    excess = np.full_like(late, np.nan)
+    centred = np.full_like(late, np.nan)
+    with np.errstate(all="ignore"):
+        for rows in _stage_groups(m):
+            sub = late[rows]
+            excess[rows] = sub - loo_median(sub)
+            centred[rows] = sub - np.nanmedian(sub, axis=0)
+        med = np.nanmedian(excess, axis=1)
+        valid = ~np.isnan(excess)
+        nvalid = valid.sum(axis=1)
+        slower = np.where(nvalid > 0, np.nansum(excess > 0, axis=1) / np.maximum(nvalid, 1), 0.0)
+        sigma = 1.4826 * np.nanmedian(np.abs(excess - med[:, None]), axis=1)
+        mean_step = float(np.nanmean(m.step_time))
+        floor = 1e-4 * mean_step  # a noiseless rank still needs a finite standard error
+        se = 1.2533 * np.maximum(sigma, floor) / np.sqrt(np.maximum(nvalid, 1))
+        z = np.nan_to_num(med / se)
+
+        filled = np.where(np.isnan(centred), -np.inf, centred)
+        top = np.argmax(filled, axis=0)
+        top_val = filled[top, np.arange(s)]
+        second = np.partition(filled, -2, axis=0)[-2] if r >= 2 else np.full(s, -np.inf)
+        step_skew = np.clip(np.nan_to_num(top_val, neginf=0.0), 0, None)
+    resolvable = np.isfinite(top_val) & (top_val > 0)
+    unc = m.clock_uncertainty_ns if m.arrival_basis == "aligned clocks" else None
+    if unc:
+        resolvable &= (top_val - second) > unc
+    counts = np.bincount(top[resolvable], minlength=r).astype(float)
+    n_last = int(resolvable.sum())
+    lz = binomial_z(counts, n_last, 1.0 / r)
+    gain = np.where(resolvable & np.isfinite(second), top_val - np.maximum(second, 0.0), 0.0)
+    solo = np.bincount(top, weights=gain, minlength=r) / max(float(np.nansum(m.step_time)), 1.0)
+
+    persistent = (
+        (med >= cfg.straggler_min_excess * mean_step)
+        & (slower >= cfg.straggler_consistency)
+        & (z >= cfg.straggler_z)
+    )
+    dominant = (
+        (lz >= cfg.straggler_last_z) & (counts >= 2.0 * n_last / r) & (solo >= cfg.straggler_min_saving)
+    )
+    culprit = persistent | dominant
+    if culprit.sum() * 2 > r:  # "slower than the others" is meaningless for a majority
+        culprit[:] = False
+    return CulpritScan(
+        excess=excess,
+        centred=centred,
+        median_excess=med,
+        slower_share=slower,
+        z=z,
+        last_count=counts,
+        last_steps=n_last,
+        last_z=lz,
+        solo_saving=solo,
+        culprit=culprit,
+        step_skew=step_skew,
+    )
+
+
+def component_excess(m: RunMetrics, rows: np.ndarray) -> dict[str, float]:
+    """Median per-step excess of each recorded step component (compute, data, gc, paced) of the
+    given ranks over the other ranks' median — what the culprits spend their extra time on."""
+    out: dict[str, float] = {}
+    others = np.setdiff1d(np.arange(m.n_ranks), rows)
+    if others.size == 0:
+        return out
+    with np.errstate(all="ignore"):
+        for name in ("compute", "data", "gc", "paced"):
+            comp = m.components.get(name)
+            if comp is None:
+                continue
+            ref = np.nanmedian(comp[others], axis=0)
+            out[name] = float(np.nanmedian(np.nanmedian(comp[rows], axis=0) - ref))
+    return out

@@ -1,0 +1,211 @@
+"""``diagnose()``: load runs, build metrics, run every detector, abstain where the data cannot decide,
+and add the scaling analysis when runs of several sizes are given. Writes nothing (the CLI does)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabricpace._errors import InputError
+from fabricpace.diagnose import (
+    input_stall,
+    persistent_straggler,
+    scaling,
+    stage_imbalance,
+    sync_amplification,
+    topology_contention,
+)
+from fabricpace.diagnose.config import DiagnoseConfig
+from fabricpace.diagnose.culprits import scan
+from fabricpace.diagnose.findings import Abstention, Diagnosis, Finding, RunSummary
+from fabricpace.diagnose.metrics import RunMetrics, build_metrics
+from fabricpace.run.reader import load_run
+
+_ARRIVAL_MODES = ("sync_amplification", "persistent_straggler")
+
+
+def _load_cluster(cluster: Any) -> Any:
+    if cluster is None or not isinstance(cluster, str | os.PathLike):
+        return cluster
+    from fabricpace.fabric import load_cluster
+
+    return load_cluster(Path(cluster))
+
+
+def _clock_check(m: RunMetrics, step_skew: np.ndarray, cfg: DiagnoseConfig) -> str | None:
+    """Reason to abstain from arrival-based modes, or None. Skew below the clock uncertainty cannot
+    name who was last; it only matters when skew + uncertainty could still reach a threshold."""
+    unc = m.clock_uncertainty_ns
+    if m.arrival_basis != "aligned clocks" or not unc:
+        return None
+    typical = float(np.median(step_skew)) if step_skew.size else 0.0
+    if typical >= unc:
+        return None
+    bound = (float(np.mean(step_skew)) + unc) / m.mean_step_ns
+    if bound < min(cfg.sync_min_share, cfg.straggler_min_excess):
+        m.notes.append(
+            f"arrival skew (median {typical / 1e3:.1f} µs) is below the clock uncertainty "
+            f"({unc / 1e3:.1f} µs), "
+            f"but even skew + uncertainty is only {bound:.1%} of step time: no material skew"
+        )
+        return None
+    return (
+        f"arrival skew (median {typical / 1e3:.1f} µs per step) is below the clock uncertainty "
+        f"({unc / 1e3:.1f} µs from ranks.clock_err_ns): cannot tell which rank arrived last"
+    )
+
+
+def _headline(m: RunMetrics) -> dict[str, Any]:
+    with np.errstate(all="ignore"):
+        t = m.step_time
+        out: dict[str, Any] = {
+            "step_ms_mean": float(np.nanmean(t)) / 1e6 if t.size else None,
+            "step_ms_median": float(np.nanmedian(t)) / 1e6 if t.size else None,
+            "step_cv": float(np.nanstd(t) / np.nanmean(t)) if t.size else None,
+            "warmup_steps": m.warmup,
+            "arrival_basis": m.arrival_basis,
+            "clock_uncertainty_us": (m.clock_uncertainty_ns / 1e3)
+            if m.clock_uncertainty_ns is not None
+            else None,
+        }
+        if m.instances is not None:
+            out["collective_instances"] = int(m.instances.height)
+    return out
+
+
+def diagnose_metrics(
+    m: RunMetrics, cfg: DiagnoseConfig, cluster: Any = None
+) -> tuple[list[Finding], list[Abstention], RunSummary]:
+    """All detectors on one run's metrics."""
+    findings: list[Finding] = []
+    abstained: list[Abstention] = []
+    metrics = _headline(m)
+    not_applicable: list[str] = []
+
+    def abstain(mode: str, reason: str) -> None:
+        abstained.append(Abstention(run=m.path, mode=mode, reason=reason))
+
+    if m.n_steps == 0 or m.n_ranks == 0:
+        abstain("all", "no usable steps recorded (steps table empty or without t_start_ns/t_end_ns)")
+    elif m.n_steps < cfg.min_steps:
+        abstain(
+            "all",
+            f"only {m.n_steps} usable steps after {m.warmup} warm-up steps; need at least "
+            f"{cfg.min_steps} (run longer)",
+        )
+    else:
+        sc = None
+        if m.n_ranks < 2:
+            for mode in (*_ARRIVAL_MODES, "topology_contention"):
+                abstain(mode, "one rank: nothing to synchronize with")
+        elif m.lateness is None:
+            for mode in (*_ARRIVAL_MODES, "topology_contention"):
+                abstain(mode, "no collectives recorded: arrivals and transfer times unknown")
+        else:
+            sc = scan(m, m.lateness, cfg)
+            reason = _clock_check(m, sc.step_skew, cfg)
+            if reason:
+                for mode in _ARRIVAL_MODES:
+                    abstain(mode, reason)
+                sc_for_modes = None
+            else:
+                sc_for_modes = sc
+                findings += persistent_straggler.detect(m, sc, cfg)
+                f_sync, mm = sync_amplification.detect(m, sc, cfg)
+                findings += f_sync
+                metrics.update(mm)
+            f_top, mm, why = topology_contention.detect(m, cfg, cluster)
+            findings += f_top
+            metrics.update(mm)
+            if why:
+                abstain("topology_contention", why)
+            sc = sc_for_modes
+        f_in, mm = input_stall.detect(m, sc, cfg)
+        findings += f_in
+        metrics.update(mm)
+        if "data" not in m.components and not any(f.mode == "input_stall" for f in findings):
+            not_applicable.append(
+                "input_stall: no data_ns recorded (data time unknown; only per-rank lateness could show it)"
+            )
+        f_st, mm, why = stage_imbalance.detect(m, cfg)
+        findings += f_st
+        metrics.update(mm)
+        if why:
+            not_applicable.append(f"stage_imbalance: {why}")
+    findings.sort(key=lambda f: -f.severity_pct)
+    if findings:
+        verdict = ", ".join(dict.fromkeys(f.mode for f in findings))
+    elif abstained:
+        verdict = "undecided"
+    else:
+        verdict = "healthy"
+    man = m.run.manifest
+    metrics["not_applicable"] = not_applicable
+    metrics["notes"] = m.notes
+    summary = RunSummary(
+        path=m.path,
+        run_id=man.run_id,
+        source=man.source,
+        world_size=int(man.world_size),
+        nodes=int(man.nodes),
+        steps_used=m.n_steps,
+        verdict=verdict,
+        metrics=metrics,
+        warnings=list(m.run.warnings),
+    )
+    return findings, abstained, summary
+
+
+def diagnose(
+    run_dirs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    cluster: Any = None,
+    config: DiagnoseConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Diagnosis:
+    """Diagnose one or more run directories (several sizes of one workload add a scaling analysis).
+
+    ``cluster``: a ``fabricpace.fabric.Cluster``, a preset name or a cluster file; transfer times are
+    then judged against the fabric model instead of the run's own quiet baseline.
+    """
+    if isinstance(run_dirs, str | os.PathLike):
+        run_dirs = [run_dirs]
+    paths = [Path(p) for p in run_dirs]
+    if not paths:
+        raise InputError("diagnose: no run directory given; pass one or more RUN_DIRs")
+    cfg = config or DiagnoseConfig()
+    cl = _load_cluster(cluster)
+    findings: list[Finding] = []
+    abstained: list[Abstention] = []
+    runs: list[RunSummary] = []
+    all_metrics: list[RunMetrics] = []
+    for p in paths:
+        if progress:
+            progress(str(p))
+        m = build_metrics(load_run(p), cfg)
+        f, a, s = diagnose_metrics(m, cfg, cl)
+        findings += f
+        abstained += a
+        runs.append(s)
+        all_metrics.append(m)
+    scale = None
+    if len(all_metrics) > 1:
+        scale, why = scaling.analyse(all_metrics)
+        if why:
+            abstained.append(Abstention(run="*", mode="scaling", reason=why))
+        elif scale is not None:
+            _annotate_sync(findings, scale)
+    return Diagnosis(runs=runs, findings=findings, abstained=abstained, scaling=scale)
+
+
+def _annotate_sync(findings: list[Finding], scale: dict[str, Any]) -> None:
+    """Sync-amplification findings gain the skew's growth with N across the runs as evidence."""
+    rows = {r["path"]: r for r in scale["rows"]}
+    growth = [(r["world_size"], r["skew_share"]) for r in scale["rows"]]
+    for f in findings:
+        if f.mode == "sync_amplification" and f.run in rows:
+            f.evidence["skew_share_by_world_size"] = growth

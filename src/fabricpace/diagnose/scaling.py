@@ -1,0 +1,109 @@
+"""Scaling analysis over several runs of one workload at different sizes: efficiency, and where the
+lost time goes (own compute, data, skew wait, exposed communication) as the rank count grows.
+
+Per run, per step: own work of the median rank (split into data and the rest), skew = slowest rank's
+work minus the median rank's (what synchronization costs), exposed communication = step time minus the
+slowest rank's work (transfer the computation did not hide). Efficiency = per-rank throughput relative
+to the smallest run. The skew is set beside the iid-noise model E[max of N] − median ≈ c_N·σ
+(REFERENCES.md) so growth beyond it points at something other than random noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fabricpace.diagnose.metrics import RunMetrics
+from fabricpace.diagnose.stats import expected_max_normal
+
+
+def _row(m: RunMetrics) -> dict[str, Any]:
+    t = m.step_time
+    mean_t = float(np.nanmean(t))
+    with np.errstate(all="ignore"):
+        if m.work is not None:
+            w = m.work
+        elif m.lateness is not None:  # own work unknown: the arrival spread is the skew, the rest unknown
+            w = m.lateness
+        else:
+            w = np.zeros_like(m.duration)
+        med = np.nanmedian(w, axis=0)
+        mx = np.nanmax(w, axis=0)
+        data = np.nanmedian(m.components["data"], axis=0) if "data" in m.components else np.zeros_like(t)
+        sigma = float(np.nanmedian(np.nanstd(w, axis=0)))
+    skew = float(np.nanmean(mx - med))
+    work_med = float(np.nanmean(med)) if m.work is not None else float("nan")
+    data_ms = float(np.nanmean(data))
+    exposed = float(np.nanmean(t - mx)) if m.work is not None else float("nan")
+    samples = m.samples_per_step
+    if samples is not None and np.nansum(samples) > 0:
+        throughput = float(np.nansum(samples) / (np.nansum(t) / 1e9))
+        unit = "samples/s"
+    else:
+        throughput = float(m.n_ranks * m.n_steps / (np.nansum(t) / 1e9))
+        unit = "rank-steps/s"
+    nodes = int(m.run.manifest.nodes or 0)
+    return {
+        "path": m.path,
+        "world_size": m.n_ranks,
+        "nodes": nodes,
+        "steps": m.n_steps,
+        "step_ms": mean_t / 1e6,
+        "throughput": throughput,
+        "throughput_unit": unit,
+        "compute_ms": (work_med - data_ms) / 1e6,
+        "data_ms": data_ms / 1e6,
+        "skew_ms": skew / 1e6,
+        "exposed_comm_ms": exposed / 1e6,
+        "skew_share": skew / mean_t,
+        "exposed_comm_share": exposed / mean_t,
+        "iid_model_skew_ms": expected_max_normal(m.n_ranks) * sigma / 1e6,
+    }
+
+
+def analyse(metrics: list[RunMetrics]) -> tuple[dict[str, Any] | None, str | None]:
+    """(scaling dict, or None with the reason)."""
+    usable = [m for m in metrics if m.n_steps > 0 and m.n_ranks > 0]
+    sizes = {m.n_ranks for m in usable}
+    if len(usable) < 2:
+        return None, "scaling needs two or more usable runs"
+    if len(sizes) < 2:
+        return None, "all runs have the same number of ranks; scaling needs different sizes"
+    rows = sorted((_row(m) for m in usable), key=lambda r: (r["world_size"], r["path"]))
+    base = rows[0]
+    per_rank0 = base["throughput"] / base["world_size"]
+    for r in rows:
+        r["efficiency"] = (r["throughput"] / r["world_size"]) / per_rank0 if per_rank0 > 0 else float("nan")
+    workloads = {repr(sorted(m.run.manifest.workload.items())) for m in usable}
+    units = {r["throughput_unit"] for r in rows}
+    last = rows[-1]
+    growth = {
+        k: last[k] - base[k]
+        for k in ("compute_ms", "data_ms", "skew_ms", "exposed_comm_ms")
+        if np.isfinite(last[k]) and np.isfinite(base[k])
+    }
+    dominant = max(growth, key=lambda k: growth[k]) if growth else None
+    notes = []
+    if len(workloads) > 1:
+        notes.append("runs have different manifest workloads; compare with care")
+    if len(units) > 1:
+        notes.append("some runs lack samples; throughput mixes samples/s and rank-steps/s")
+    ratio = (last["skew_ms"] / last["iid_model_skew_ms"]) if last["iid_model_skew_ms"] > 0 else None
+    return (
+        {
+            "rows": rows,
+            "efficiency_at_largest": last["efficiency"],
+            "step_time_growth_ms": last["step_ms"] - base["step_ms"],
+            "growth_ms_by_component": growth,
+            "dominant_loss": {
+                "compute_ms": "compute",
+                "data_ms": "data loading",
+                "skew_ms": "skew wait",
+                "exposed_comm_ms": "transfer (exposed communication)",
+            }.get(dominant or ""),
+            "skew_vs_iid_model_at_largest": ratio,
+            "notes": notes,
+        },
+        None,
+    )

@@ -1,0 +1,133 @@
+"""Small vectorized statistics the detectors share: leave-one-out medians, what-if, block bootstrap."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabricpace.diagnose.config import DiagnoseConfig
+
+
+def loo_median(x: np.ndarray) -> np.ndarray:
+    """For a [R, S] matrix: per column, the median of the *other* rows (NaN-aware, vectorized).
+
+    Comparing each rank with the others' median (not the fleet median that includes it) keeps a
+    straggler visible even with two ranks.
+    """
+    r, s = x.shape
+    out = np.full_like(x, np.nan, dtype=float)
+    if r < 2:
+        return out
+    filled = np.where(np.isnan(x), np.inf, x)
+    order = np.argsort(filled, axis=0, kind="stable")
+    srt = np.take_along_axis(filled, order, axis=0)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(r)[:, None].repeat(s, axis=1), axis=0)
+    n = np.sum(~np.isnan(x), axis=0)  # valid values per column
+    cols = np.arange(s)
+    # The other valid values number m = n - 1 for a valid row (n for a NaN row, which sits past them).
+    valid = ~np.isnan(x)
+    m = np.where(valid, n - 1, n)
+
+    def others_at(k: np.ndarray) -> np.ndarray:
+        # k-th smallest of the others: skip this row's own slot when it lies at or before k.
+        k = np.clip(k, 0, r - 1)
+        idx = np.where(valid & (pos <= k), k + 1, k)
+        idx = np.clip(idx, 0, r - 1)
+        return srt[idx, np.broadcast_to(cols, (r, s))]
+
+    lo = (m - 1) // 2
+    hi = m // 2
+    val = 0.5 * (others_at(lo) + others_at(hi))
+    val[(m < 1) | ~np.isfinite(val)] = np.nan
+    out[:] = val
+    return out
+
+
+def whatif_saving(excess: np.ndarray, replace: np.ndarray, step_time: np.ndarray) -> tuple[float, np.ndarray]:
+    """Replace the rows in ``replace`` with the per-step median of the other rows; recompute the
+    synchronized step (its length follows the slowest rank) and return (saving share, per-step saving ns).
+    """
+    if not replace.any():
+        return 0.0, np.zeros(excess.shape[1])
+    keep = ~replace
+    with np.errstate(all="ignore"):
+        fill = np.nanmedian(excess[keep], axis=0) if keep.any() else np.nanmedian(excess, axis=0)
+        new = excess.copy()
+        new[replace] = fill
+        before = np.nanmax(excess, axis=0)
+        after = np.nanmax(new, axis=0)
+    per_step = np.nan_to_num(np.clip(before - after, 0, None))
+    total = float(np.nansum(step_time))
+    return (float(per_step.sum()) / total if total > 0 else 0.0), per_step
+
+
+def block_bootstrap(
+    loss: np.ndarray, step_time: np.ndarray, threshold: float, cfg: DiagnoseConfig
+) -> tuple[float, tuple[float, float]]:
+    """Moving-block bootstrap of the share Σloss/Σstep over steps (blocks keep autocorrelation).
+
+    Returns (share of resamples at or above ``threshold``, 95% CI of the share).
+    """
+    ok = np.isfinite(loss) & np.isfinite(step_time)
+    loss, step_time = loss[ok], step_time[ok]
+    n = loss.size
+    if n == 0:
+        return 0.0, (float("nan"), float("nan"))
+    block = max(1, min(cfg.bootstrap_block, n))
+    nblocks = int(np.ceil(n / block))
+    rng = np.random.default_rng(cfg.seed)
+    starts = rng.integers(0, n - block + 1, size=(cfg.bootstrap_resamples, nblocks))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(cfg.bootstrap_resamples, -1)[:, :n]
+    shares = loss[idx].sum(axis=1) / step_time[idx].sum(axis=1)
+    lo, hi = np.percentile(shares, [2.5, 97.5])
+    return float(np.mean(shares >= threshold)), (float(lo), float(hi))
+
+
+def binomial_z(count: np.ndarray, n: int, p0: float) -> np.ndarray:
+    """z-score of counts against a Binomial(n, p0) (normal approximation)."""
+    if n <= 0 or p0 <= 0 or p0 >= 1:
+        return np.zeros_like(count, dtype=float)
+    return (count - n * p0) / np.sqrt(n * p0 * (1 - p0))
+
+
+def runs_test_z(flags: np.ndarray) -> float:
+    """Wald–Wolfowitz runs test: strongly negative z means the True steps cluster in periods."""
+    n1 = int(flags.sum())
+    n0 = int(flags.size - n1)
+    if n1 == 0 or n0 == 0:
+        return 0.0
+    runs = 1 + int(np.count_nonzero(flags[1:] != flags[:-1]))
+    n = n1 + n0
+    mu = 1 + 2 * n1 * n0 / n
+    var = 2 * n1 * n0 * (2 * n1 * n0 - n) / (n * n * (n - 1)) if n > 1 else 0.0
+    return float((runs - mu) / np.sqrt(var)) if var > 0 else 0.0
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n iid standard normals] by numeric integration (c_N of REFERENCES.md)."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-8, 8, 4001)
+    from math import erf, sqrt
+
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+
+
+def fmt_ranks(ids: list[int], limit: int = 12) -> str:
+    """[0,1,2,3,7] -> '0-3, 7' (compact, for tables)."""
+    if not ids:
+        return "-"
+    ids = sorted(ids)
+    parts: list[str] = []
+    start = prev = ids[0]
+    for v in [*ids[1:], None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    text = ", ".join(parts[:limit])
+    return text + (f", … (+{len(parts) - limit})" if len(parts) > limit else "")

@@ -1,0 +1,273 @@
+"""topology_contention: collectives take longer in the network than the fabric delivers when quiet,
+and that extra time sits on groups that cross a leaf/spine, or in periods (foreign traffic).
+
+Transfer of one instance = ``min_r t_exit − max_r t_enter`` (the part no rank could avoid). Baseline:
+
+* with a cluster (``--cluster``): the fabric model's time for that op, size and node count
+  (``fabricpace.fabric.collective_time``);
+* else the run's own *quiet baseline*: the ``contention_baseline_quantile`` of the transfer times of
+  all instances of the same shape (op, bytes, group size, nodes spanned) — the best the fabric gave.
+
+An instance is inflated at ≥ ``contention_min_inflation`` × baseline; its excess is the time above the
+baseline. Per step, the exposed excess is the largest per-group sum, capped by the step's exposed
+communication (step time minus the slowest rank's own work). A finding needs that to reach
+``contention_min_share`` of step time *and* to be concentrated: ≥ ``contention_concentration`` of the
+excess on cross-leaf groups while same-shape intra-leaf groups stay quiet, or inflated steps clustered
+in time (runs test z ≤ ``contention_runs_z``). Against a fabric model, uniform inflation also counts.
+Spread-out, unclustered jitter is not contention (it is noise, or sync amplification).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from fabricpace.diagnose.config import DiagnoseConfig
+from fabricpace.diagnose.findings import Culprits, Finding
+from fabricpace.diagnose.metrics import RunMetrics
+from fabricpace.diagnose.persistent_straggler import nodes_of
+from fabricpace.diagnose.stats import block_bootstrap, runs_test_z
+
+_OPS = (
+    ("all_reduce", r"(?i)all[-_]?reduce"),
+    ("all_gather", r"(?i)all[-_]?gather"),
+    ("reduce_scatter", r"(?i)reduce[-_]?scatter"),
+    ("all_to_all", r"(?i)all[-_]?to[-_]?all"),
+    ("broadcast", r"(?i)broadcast"),
+)
+
+
+def _f(value: Any, default: float = 0.0) -> float:
+    """A polars scalar (possibly None) as float."""
+    return float(value) if isinstance(value, int | float) else default
+
+
+def _groups(m: RunMetrics) -> pl.DataFrame:
+    """group -> size, nodes spanned, leaves spanned, ranks per node, member ranks."""
+    members = m.run.collectives.select(pl.col("group").fill_null("world"), "rank").unique()
+    info = m.rank_info.select("rank", "node", "leaf").unique(subset=["rank"]) if m.rank_info.height else None
+    if info is not None:
+        members = members.join(info, on="rank", how="left")
+    else:
+        members = members.with_columns(
+            pl.lit(None, pl.Int32).alias("node"), pl.lit(None, pl.Int32).alias("leaf")
+        )
+    per_node = members.group_by(["group", "node"]).len()
+    gpn = per_node.group_by("group").agg(pl.col("len").max().alias("gpus_per_node"))
+    g = members.group_by("group").agg(
+        pl.col("rank").n_unique().alias("size"),
+        pl.col("node").drop_nulls().n_unique().alias("n_nodes"),
+        pl.col("leaf").drop_nulls().n_unique().alias("n_leaves"),
+        pl.col("leaf").drop_nulls().unique().sort().alias("leaves"),
+        pl.col("rank").unique().sort().alias("members"),
+    )
+    return g.join(gpn, on="group", how="left").with_columns(pl.col("n_nodes").clip(lower_bound=1))
+
+
+def _model_baseline(inst: pl.DataFrame, cluster: Any, notes: list[str]) -> pl.DataFrame | None:
+    try:
+        from fabricpace.fabric import collective_time
+    except ImportError:
+        notes.append("fabric model not available; using the run's quiet baseline")
+        return None
+    op_norm = pl.lit(None, pl.String)
+    for name, pat in reversed(_OPS):
+        op_norm = (
+            pl.when(pl.col("op").cast(pl.String).str.contains(pat)).then(pl.lit(name)).otherwise(op_norm)
+        )
+    keyed = inst.with_columns(op_norm.alias("op_norm"))
+    keys = keyed.select("op_norm", "bytes", "n_nodes", "gpus_per_node").unique().drop_nulls()
+    expected: list[float | None] = []
+    for op, nbytes, nodes, gpn in keys.iter_rows():
+        try:
+            res = collective_time(cluster, op, int(max(nbytes, 1)), nodes=int(nodes), gpus_per_node=int(gpn))
+            expected.append(res.time_s * 1e9)
+        except Exception as exc:  # a shape the model cannot price keeps the quiet baseline
+            notes.append(f"fabric model cannot price {op} {nbytes} B on {nodes} nodes ({exc})")
+            expected.append(None)
+    keys = keys.with_columns(pl.Series("base_ns", expected, dtype=pl.Float64))
+    return keyed.join(keys, on=["op_norm", "bytes", "n_nodes", "gpus_per_node"], how="left")
+
+
+def detect(
+    m: RunMetrics, cfg: DiagnoseConfig, cluster: Any = None
+) -> tuple[list[Finding], dict[str, Any], str | None]:
+    """(findings, metrics, abstention reason or None)."""
+    if m.instances is None:
+        return [], {}, "no collectives recorded: transfer times unknown"
+    groups = _groups(m)
+    inst = m.instances.filter((pl.col("n") >= 2) & pl.col("step").is_in(m.steps.tolist())).join(
+        groups.select("group", "size", "n_nodes", "n_leaves", "gpus_per_node"), on="group", how="left"
+    )
+    if inst.height == 0:
+        return [], {}, "no collective instances with two or more ranks"
+    notes: list[str] = []
+    basis = "quiet baseline"
+    with_model = _model_baseline(inst, cluster, notes) if cluster is not None else None
+    shape = ["op", "bytes", "size", "n_nodes"]
+    quiet = inst.group_by(shape).agg(
+        pl.col("transfer_ns").quantile(cfg.contention_baseline_quantile).alias("quiet_ns"),
+        pl.len().alias("shape_n"),
+    )
+    inst = inst.join(quiet, on=shape, how="left")
+    if with_model is not None and with_model["base_ns"].null_count() < with_model.height:
+        inst = inst.join(with_model.select("group", "seq", "base_ns"), on=["group", "seq"], how="left")
+        inst = inst.with_columns(pl.coalesce("base_ns", pl.when(pl.col("shape_n") >= 10).then("quiet_ns")))
+        basis = "fabric model"
+    else:
+        inst = inst.with_columns(pl.when(pl.col("shape_n") >= 10).then(pl.col("quiet_ns")).alias("base_ns"))
+    inst = inst.filter(pl.col("base_ns").is_not_null() & (pl.col("base_ns") > 0)).with_columns(
+        (pl.col("transfer_ns") / pl.col("base_ns")).alias("inflation")
+    )
+    if inst.height == 0:
+        return [], {}, "too few instances of each collective shape for a quiet baseline (need 10)"
+    inst = inst.with_columns(
+        pl.when(pl.col("inflation") >= cfg.contention_min_inflation)
+        .then(pl.col("transfer_ns") - pl.col("base_ns"))
+        .otherwise(0.0)
+        .alias("excess_ns"),
+        (pl.col("n_leaves") > 1).alias("cross_leaf"),
+    )
+    per_group_step = inst.group_by(["step", "group"]).agg(pl.col("excess_ns").sum())
+    per_step = per_group_step.group_by("step").agg(pl.col("excess_ns").max())
+    excess = np.zeros(m.n_steps)
+    si = np.searchsorted(m.steps, per_step["step"].to_numpy())
+    excess[si] = per_step["excess_ns"].to_numpy()
+    if m.work is not None:
+        with np.errstate(all="ignore"):
+            exposed = np.clip(np.nan_to_num(m.step_time - np.nanmax(m.work, axis=0)), 0, None)
+        loss = np.minimum(excess, exposed)
+    else:
+        loss = excess
+    total = float(np.nansum(m.step_time))
+    share = float(loss.sum() / total) if total > 0 else 0.0
+    med_infl = _f(inst["inflation"].median())
+    metrics: dict[str, Any] = {
+        "transfer_excess_share_of_step": share,
+        "transfer_inflation_median": med_infl,
+        "transfer_baseline": basis,
+    }
+    if share < cfg.contention_min_share:
+        return [], metrics, None
+
+    # Where the excess sits: cross-leaf groups vs same-shape intra-leaf ones, and periods in time.
+    ex_total = float(inst["excess_ns"].sum()) or 1.0
+    cross_share = float(inst.filter(pl.col("cross_leaf"))["excess_ns"].sum()) / ex_total
+    has_both = inst["cross_leaf"].n_unique() == 2
+    intra_infl = inst.filter(~pl.col("cross_leaf"))["inflation"].median() if has_both else None
+    cross_infl = inst.filter(pl.col("cross_leaf"))["inflation"].median() if has_both else None
+    on_cross = bool(
+        has_both
+        and cross_share >= cfg.contention_concentration
+        and _f(cross_infl) >= cfg.contention_min_inflation * 0.8 * max(_f(intra_infl, 1.0), 1.0)
+    )
+    # An inflated step loses at least the mode's threshold share of its own time to excess transfer.
+    flags = loss >= cfg.contention_min_share * np.nan_to_num(m.step_time)
+    runs_z = runs_test_z(flags)
+    periods = _periods(m.steps, flags, loss)
+    in_periods = float(loss[flags].sum() / max(loss.sum(), 1.0))
+    in_time = bool(runs_z <= cfg.contention_runs_z and 0.02 <= flags.mean() <= 0.9 and in_periods >= 0.7)
+    uniform_vs_model = basis == "fabric model" and med_infl >= cfg.contention_min_inflation
+    metrics.update({"cross_leaf_excess_share": cross_share, "period_runs_z": runs_z})
+    if not (on_cross or in_time or uniform_vs_model):
+        return [], metrics, None
+
+    conf, ci = block_bootstrap(loss, m.step_time, cfg.contention_min_share, cfg)
+    hot_groups = (
+        inst.group_by("group")
+        .agg(pl.col("excess_ns").sum(), pl.col("inflation").median())
+        .filter(pl.col("excess_ns") > 0)
+        .sort("excess_ns", descending=True)
+    )
+    hot = groups.join(hot_groups.select("group", "excess_ns", "inflation"), on="group", how="inner").sort(
+        "excess_ns", descending=True
+    )
+    links = _links(hot, on_cross)
+    member_sets = hot["members"].to_list()
+    ranks = sorted({int(r) for ms in member_sets for r in ms}) if member_sets else []
+    if len(ranks) * 2 > m.n_ranks:  # the whole job shares the problem: naming every rank says nothing
+        ranks = []
+    where = []
+    if on_cross:
+        where.append(f"{cross_share:.0%} of the excess on cross-leaf groups")
+    if in_time:
+        where.append(f"inflated in {len(periods)} period(s) of steps")
+    if uniform_vs_model and not where:
+        where.append("everywhere, against the fabric model")
+    evidence = dict(metrics)
+    evidence.update(
+        {
+            "concentrated": "; ".join(where),
+            "cross_leaf_inflation_median": cross_infl,
+            "intra_leaf_inflation_median": intra_infl,
+            "periods": periods[:5],
+            "inflated_step_share": float(flags.mean()),
+            "hot_groups": [
+                {"group": g, "excess_ms": e / 1e6, "inflation": i}
+                for g, e, i in hot_groups.head(5).select("group", "excess_ns", "inflation").iter_rows()
+            ],
+            "steps": m.n_steps,
+            "notes": notes,
+        }
+    )
+    rec = (
+        "Transfers are inflated by fabric contention: keep ring neighbours inside a leaf (fabricpace place), "
+        "pace/space DDP bucket launches (fabricpace pacing 'comm'), check leaf uplink oversubscription and "
+        "ECMP hashing (path pinning / QP-aware hashing)"
+    )
+    rec += ", and find the foreign jobs sharing those links in the named periods." if in_time else "."
+    return (
+        [
+            Finding(
+                mode="topology_contention",
+                run=m.path,
+                severity_pct=100 * share,
+                severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+                confidence=conf if (on_cross or in_time) else 0.5 * conf,
+                culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks) if ranks else [], links=links),
+                evidence=evidence,
+                what_if_saving_pct=100 * share,
+                recommendation=rec,
+            )
+        ],
+        metrics,
+        None,
+    )
+
+
+def _periods(steps: np.ndarray, flags: np.ndarray, loss: np.ndarray) -> list[dict[str, Any]]:
+    """Contiguous runs of inflated steps (gaps of ≤ 2 steps bridged), largest excess first."""
+    idx = np.flatnonzero(flags)
+    if idx.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(idx) > 3) + 1
+    out = []
+    for seg in np.split(idx, cut):
+        out.append(
+            {
+                "first_step": int(steps[seg[0]]),
+                "last_step": int(steps[seg[-1]]),
+                "excess_ms": float(loss[seg[0] : seg[-1] + 1].sum()) / 1e6,
+            }
+        )
+    return sorted(out, key=lambda p: -p["excess_ms"])
+
+
+def _links(hot: pl.DataFrame, on_cross: bool) -> list[str]:
+    """Leaf uplinks every hot cross-leaf group uses, else the leaf pairs of the hottest groups."""
+    rows = [(ls, e) for ls, e, n in hot.select("leaves", "excess_ns", "n_leaves").iter_rows() if n and n > 1]
+    if not rows:
+        return []
+    total = sum(e for _, e in rows) or 1.0
+    leaves = sorted({int(x) for ls, _ in rows for x in ls})
+    common = [lf for lf in leaves if sum(e for ls, e in rows if lf in ls) / total >= 0.9]
+    if on_cross and common and len(common) < len(leaves):
+        return [f"leaf{lf}-spine" for lf in common]
+    pairs = []
+    for ls, _ in rows[:5]:
+        name = "<->".join(f"leaf{int(x)}" for x in ls)
+        if name not in pairs:
+            pairs.append(name)
+    return pairs
