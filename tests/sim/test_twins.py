@@ -1,0 +1,189 @@
+"""Each PacingState field applied by the simulator's actuator twins, with hand-made states."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from fabricpace.pacing.state import Decision, PacingState
+from fabricpace.run import load_run
+from fabricpace.sim import SimOptions, simulate
+
+
+class FixedStates:
+    """Hands out given states at given window ends and records what it was shown (not a Controller)."""
+
+    def __init__(self, states: dict[int, PacingState]) -> None:
+        self.states = states
+        self.seen: list[tuple[int, list]] = []
+        self.current = PacingState()
+
+    def update(self, step, summaries):
+        self.seen.append((step, list(summaries)))
+        if step in self.states:
+            self.current = self.states[step]
+            return self.current, [
+                Decision(
+                    step=step, rank=-1, policy="test", action="enable", value=1.0, reason="hand-made state"
+                )
+            ]
+        return self.current, []
+
+
+def _run(tmp_path, name, workload, noise, ctl, *, nodes=1, steps=40, window=10, cluster="single-switch"):
+    return load_run(
+        simulate(
+            cluster,
+            workload,
+            noise,
+            nodes=nodes,
+            steps=steps,
+            seed=4,
+            out_dir=tmp_path / name,
+            controller=ctl,
+            options=SimOptions(window=window),
+        )
+    )
+
+
+@pytest.fixture
+def gc_noise(tmp_path, write_yaml):
+    return write_yaml(
+        tmp_path / "gc.yaml",
+        {"gc": {"garbage_mb_per_step": 30, "threshold_mb": 150, "pause_ms_base": 2, "pause_ms_per_mb": 0.5}},
+    )
+
+
+def test_gc_interval_aligns_collections_and_stops_automatic_ones(tmp_path, small_workload, gc_noise):
+    run = _run(tmp_path, "gc", small_workload, gc_noise, FixedStates({10: PacingState(gc_interval=5)}))
+    s = run.steps
+    before = s.filter((pl.col("step") < 10) & (pl.col("gc_ns") > 0))
+    assert before["step"].n_unique() > 3  # automatic: pauses spread over many steps
+    after = s.filter(pl.col("step") >= 10)
+    paused_steps = sorted(after.filter(pl.col("gc_ns") > 0)["step"].unique().to_list())
+    assert paused_steps == [10, 15, 20, 25, 30, 35]
+    # at those steps every rank collects
+    assert after.filter(pl.col("step").is_in(paused_steps) & (pl.col("gc_ns") == 0)).height == 0
+    # bounded memory: each collection frees ~5 steps of garbage → ~2 + 0.5*150 ms pauses
+    lock = after.filter(pl.col("gc_ns") > 0)["gc_ns"].to_numpy() / 1e6
+    assert np.all(lock < 2 + 0.5 * 30 * 5 * 2.5)
+
+
+def test_gc_lockstep_beats_automatic_under_synchronization(tmp_path, small_workload, gc_noise):
+    auto = _run(tmp_path, "a", small_workload, gc_noise, None, nodes=4, steps=60)
+    lock = _run(
+        tmp_path,
+        "l",
+        small_workload,
+        gc_noise,
+        FixedStates({10: PacingState(gc_interval=5)}),
+        nodes=4,
+        steps=60,
+    )
+
+    def mean_iter(run):
+        t = (
+            run.steps.filter(pl.col("step") >= 20)
+            .group_by("step")
+            .agg((pl.col("t_end_ns").max() - pl.col("t_start_ns").min()).alias("it"))
+        )
+        return float(t["it"].mean())
+
+    assert mean_iter(lock) < 0.95 * mean_iter(auto)
+
+
+def test_shares_move_samples_and_compute(tmp_path, small_workload):
+    shares = (0.5 / 8,) + (1.5 / 8,) + (1.0 / 8,) * 6  # rank 0 gives half its samples to rank 1
+    run = _run(tmp_path, "sh", small_workload, None, FixedStates({10: PacingState(shares=shares)}))
+    after = run.steps.filter(pl.col("step") >= 10).sort(["step", "rank"])
+    samples = after.filter(pl.col("step") == 10).sort("rank")["samples"].to_list()
+    assert samples == [8, 24, 16, 16, 16, 16, 16, 16]
+    assert after.group_by("step").agg(pl.col("samples").sum())["samples"].unique().to_list() == [128]
+    comp = after.filter(pl.col("step") == 12).sort("rank")["compute_ns"].to_numpy() / 1e9
+    # compute 0.1 s scales with samples, the 0.01 s optimizer does not
+    assert comp[0] == pytest.approx(0.05 + 0.01, rel=1e-6)
+    assert comp[1] == pytest.approx(0.15 + 0.01, rel=1e-6)
+
+
+def test_comm_spacing_holds_launches_and_is_recorded_as_paced(tmp_path, small_workload):
+    spacing = 20_000_000  # 20 ms, more than the backward gap between buckets
+    run = _run(tmp_path, "sp", small_workload, None, FixedStates({10: PacingState(comm_spacing_ns=spacing)}))
+    c = run.collectives.filter((pl.col("rank") == 0) & (pl.col("step") == 15)).sort("seq")
+    gaps = np.diff(c["t_enter_ns"].to_numpy())
+    assert np.all(gaps >= spacing - 1)
+    st = run.steps
+    assert (st.filter(pl.col("step") < 10)["paced_ns"] == 0).all()
+    assert (st.filter(pl.col("step") >= 10)["paced_ns"] > 0).all()
+    # the hold stalls backward (the hook runs on the autograd thread): steps get longer
+    d = st.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("d"))
+    assert d.filter(pl.col("step") >= 11)["d"].min() > d.filter(pl.col("step").is_between(1, 9))["d"].max()
+
+
+def test_comm_window_one_serializes_launch_after_completion(tmp_path, write_yaml, leaf_cluster):
+    # Fast compute, slow NICs: buckets queue up on the stream, so the window has something to limit.
+    wl = write_yaml(
+        tmp_path / "w.yaml",
+        {"parameters": 2e7, "grad_bytes": 4, "batch_per_gpu": 4, "compute": {"seconds": 0.01}},
+    )
+    ctl = FixedStates({10: PacingState(comm_window=1)})
+    run = _run(tmp_path, "w", wl, None, ctl, nodes=2, cluster=leaf_cluster)
+    c = run.collectives.filter((pl.col("rank") == 3) & (pl.col("step") == 20)).sort("seq")
+    assert (run.steps.filter(pl.col("step") >= 10)["paced_ns"] > 0).any()
+    enter, exit_ = c["t_enter_ns"].to_numpy(), c["t_exit_ns"].to_numpy()
+    assert np.all(enter[1:] >= exit_[:-1])
+    early = run.collectives.filter((pl.col("rank") == 3) & (pl.col("step") == 5)).sort("seq")
+    assert np.any(early["t_enter_ns"].to_numpy()[1:] < early["t_exit_ns"].to_numpy()[:-1])
+
+
+def test_placement_moves_ranks_and_node_faults_follow_the_node(tmp_path, small_workload, write_yaml):
+    nz = write_yaml(tmp_path / "slow.yaml", {"slow": [{"node": 0, "factor": 1.5}]})
+    world = 16
+    order = tuple(list(range(8, 16)) + list(range(8)))  # swap the two nodes' ranks
+    run = _run(tmp_path, "pl", small_workload, nz, FixedStates({10: PacingState(placement=order)}), nodes=2)
+    ranks = run.ranks.sort("rank")
+    assert ranks["node"].to_list() == [1] * 8 + [0] * 8
+    comp = run.steps.filter(pl.col("step") == 20).sort("rank")["compute_ns"].to_numpy()
+    assert np.all(comp[8:] > 1.4 * comp[:8])  # ranks 8..15 now sit on the slow node 0
+    early = run.steps.filter(pl.col("step") == 5).sort("rank")["compute_ns"].to_numpy()
+    assert np.all(early[:8] > 1.4 * early[8:])
+    assert len(order) == world
+
+
+def test_window_summaries_match_the_recorded_steps(tmp_path, small_workload, write_yaml):
+    nz = write_yaml(tmp_path / "n.yaml", {"jitter": {"cv": 0.05}, "slow": [{"rank": 2, "factor": 1.3}]})
+    ctl = FixedStates({})
+    run = _run(tmp_path, "ws", small_workload, nz, ctl, steps=30)
+    assert [s for s, _ in ctl.seen] == [10, 20]  # no update after the last window
+    _, summaries = ctl.seen[0]
+    assert len(summaries) == 8 and {s.rank for s in summaries} == set(range(8))
+    s2 = summaries[2]
+    assert s2.first_step == 0 and s2.steps == 10 and s2.window == 0
+    assert sum(s.last_arrivals for s in summaries) == s2.collectives
+    assert s2.last_arrivals == s2.collectives  # rank 2, 30% slower, is always last
+    rows = run.steps.filter((pl.col("rank") == 2) & (pl.col("step") < 10))
+    dur = (rows["t_end_ns"] - rows["t_start_ns"]).to_numpy()
+    assert s2.step_mean_ns == pytest.approx(dur.mean(), rel=1e-9, abs=1)
+    assert s2.compute_per_sample_ns == pytest.approx(np.median(rows["compute_ns"].to_numpy()) / 16, rel=1e-6)
+    assert run.pacing.height == 0
+
+
+def test_real_controller_runs_in_the_loop(tmp_path, gc_noise):
+    pacing = pytest.importorskip("fabricpace.pacing")
+    ctl = pacing.Controller(16, policies="auto", leaves=[0] * 16)
+    run = load_run(
+        simulate(
+            "single-switch",
+            "resnet-50",
+            gc_noise,
+            nodes=2,
+            steps=120,
+            seed=1,
+            out_dir=tmp_path / "p",
+            controller=ctl,
+            options=SimOptions(window=10),
+        )
+    )
+    assert run.manifest.pacing["mode"] == "paced"
+    assert run.manifest.complete
+    assert "pacing_error" not in run.manifest.extra, run.manifest.extra
