@@ -22,11 +22,11 @@ def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    lab = typer.Typer(help="A real small cluster on this machine: namespaces as nodes, shaped uplinks.",
+    lab_app = typer.Typer(help="A real small cluster on this machine: namespaces as nodes, shaped uplinks.",
                       no_args_is_help=True)
-    app.add_typer(lab, name="lab")
+    app.add_typer(lab_app, name="lab")
 
-    @lab.command("up")
+    @lab_app.command("up")
     def up_cmd(
         nodes: int = typer.Option(4, "--nodes", help="Number of nodes (one network namespace each)."),
         leaves: int = typer.Option(2, "--leaves", help="Number of leaf switches (bridges)."),
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                          f"uplink {uplink}, node link {node_link}",
                          f"namespaces: {' '.join(st['namespaces'])}"])
 
-    @lab.command("status")
+    @lab_app.command("status")
     def status_cmd(
         prefix: str = typer.Option("fp-", "--prefix"),
         fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         lines += [f"  problem: {p}" for p in st.get("problems", [])]
         _print(st, fmt, lines)
 
-    @lab.command("down")
+    @lab_app.command("down")
     def down_cmd(
         prefix: str = typer.Option("fp-", "--prefix"),
         fmt: str = typer.Option("table", "--format", help="table or json."),
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
         _print(res, fmt, [f"lab {prefix}: down; removed {len(res['namespaces'])} namespaces, "
                           f"{res['processes']} processes, {res['cgroups']} cgroups"])
 
-    @lab.command("measure")
+    @lab_app.command("measure")
     def measure_cmd(
         seconds: float = typer.Option(2.0, "--seconds", help="Length of the TCP transfer (bounded)."),
         prefix: str = typer.Option("fp-", "--prefix"),
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         _print(out, fmt, [f"uplink set {m.set_rate_bps / 1e6:.1f} Mbit/s, measured "
                           f"{m.goodput_bps / 1e6:.1f} Mbit/s ({m.ratio:.1%}) over {m.seconds:.1f} s"])
 
-    @lab.command("run")
+    @lab_app.command("run")
     def run_cmd(
         scenario: str = typer.Option("healthy", "--scenario", help="Shipped scenario name or YAML file."),
         pacing: str = typer.Option("off", "--pacing", help="auto or off."),

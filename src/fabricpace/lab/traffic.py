@@ -90,7 +90,7 @@ def _send(addr: str, port: int, duration: float, max_bytes: int, streams: int,
         socks.append(s)
     per_stream = max_bytes // streams
     t0 = time.monotonic()
-    periods: list[list[float]] = []
+    periods: list[list[int]] = []
 
     def pump(s: socket.socket, until: float, budget: list[int]) -> None:
         while time.monotonic() < until and budget[0] > 0:
@@ -104,21 +104,22 @@ def _send(addr: str, port: int, duration: float, max_bytes: int, streams: int,
     while time.monotonic() - t0 < duration and any(b[0] > 0 for b in budgets):
         start = time.monotonic()
         until = min(t0 + duration, start + (on_s if off_s > 0 else duration))
-        periods.append([time.time(), 0.0])
-        ths = [threading.Thread(target=pump, args=(s, until, b), daemon=True) for s, b in zip(socks, budgets, strict=True)]
+        periods.append([time.monotonic_ns(), 0])
+        ths = [threading.Thread(target=pump, args=(s, until, b), daemon=True)
+               for s, b in zip(socks, budgets, strict=True)]
         for th in ths:
             th.start()
         for th in ths:
             th.join()
-        periods[-1][1] = time.time()
+        periods[-1][1] = time.monotonic_ns()
         if log:  # written after every burst so a killed sender still leaves its on-periods behind
             with open(log, "w") as fh:
-                json.dump({"on_periods_unix_s": periods}, fh)
+                json.dump({"on_periods_monotonic_ns": periods}, fh)
         if off_s > 0:
             time.sleep(max(0.0, min(off_s, t0 + duration - time.monotonic())))
     for s in socks:
         s.close()
-    return {"on_periods_unix_s": periods}
+    return {"on_periods_monotonic_ns": periods}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,326 @@
+"""Run a scenario: one worker per rank (inside a lab namespace, or on loopback), faults applied around it.
+
+The launcher owns everything outside the training loop: it brings up the fabric the scenario asks for
+(idempotent), starts the ranks with rendezvous on the lab network, moves throttled ranks into cgroups,
+starts the foreign flow, changes the uplink rate on time, waits with a deadline, and always cleans up
+the processes, cgroups and shaping it touched. Afterwards it writes the lab's topology (rank -> node ->
+leaf) into ``ranks.parquet`` and the manifest, and the fault timeline into ``lab/lab.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabricpace._errors import InputError, LabError
+from fabricpace.lab import cgroup, fabric, state, traffic
+from fabricpace.lab.config import LabConfig, format_rate, parse_rate, placement
+from fabricpace.lab.scenario import Scenario
+
+MASTER_PORT = 29511  # inside the lab's own namespaces; local runs pick a free loopback port
+LOCAL_PREFIX = "fpl-"  # cgroups of local runs (root only) are recorded under this prefix
+FOREIGN_MAX_S = 1800.0
+
+
+@dataclass
+class _Run:
+    """Everything one scenario run started, so cleanup can end exactly that."""
+
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    helpers: list[subprocess.Popen[str]] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scratch_dir(out: Path) -> Path:
+    """Logs and fault records live beside the run directory while the run is going (the observer
+    only writes into an empty directory), and move to RUN/lab afterwards."""
+    return out.parent / f".{out.name}.lab"
+
+
+def _prepare_out(out: Path) -> Path:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"--out {out}: exists and is not empty; choose a new run directory")
+    scratch = scratch_dir(out)
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    (scratch / "logs").mkdir(parents=True)
+    return scratch
+
+
+def worker_args(sc: Scenario, *, run_dir: Path, steps: int, pacing: str, seed: int,
+                slow: tuple[str, float] | None = None) -> list[str]:
+    """Command-line flags of ``python -m fabricpace.lab.worker`` for this scenario."""
+    w = sc.workload
+    args = ["--run-dir", str(run_dir), "--steps", str(steps), "--global-batch", str(w.global_batch),
+            "--in-dim", str(w.in_dim), "--hidden", str(w.hidden), "--layers", str(w.layers),
+            "--window", str(w.window), "--pacing", pacing, "--seed", str(seed),
+            "--progress-file", str(scratch_dir(run_dir) / "progress")]
+    g = sc.faults.gc_noise
+    if g is not None:
+        ranks = "all" if g.ranks == "all" else ",".join(str(r) for r in g.ranks)
+        args += ["--gc-noise-ranks", ranks, "--gc-heap", str(g.heap), "--gc-churn", str(g.churn),
+                 "--gc-lifetime", str(g.lifetime)]
+    if slow is not None:
+        args += ["--slow-ranks", slow[0], "--slow-factor", str(slow[1])]
+    return args
+
+
+def _spawn_workers(sc: Scenario, run: _Run, *, world: int, out: Path, args: list[str],
+                   cfg: LabConfig | None, rank_node: list[int]) -> None:
+    base = dict(os.environ)
+    base.update({"WORLD_SIZE": str(world), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    if cfg is not None:
+        base.update({"MASTER_ADDR": cfg.node_addr(rank_node[0]), "MASTER_PORT": str(MASTER_PORT),
+                     "GLOO_SOCKET_IFNAME": cfg.NODE_IFACE})
+    else:
+        base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+                     "GLOO_SOCKET_IFNAME": "lo"})
+    for rank in range(world):
+        env = base | {"RANK": str(rank), "GROUP_RANK": str(rank_node[rank])}
+        cmd = [sys.executable, "-m", "fabricpace.lab.worker", *args]
+        if cfg is not None:
+            cmd = ["ip", "netns", "exec", cfg.node_ns(rank_node[rank]), *cmd]
+        log = open(scratch_dir(out) / "logs" / f"rank-{rank:05d}.log", "wb")  # noqa: SIM115 - closed by the child
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        run.procs.append(proc)
+        if cfg is not None:
+            state.record_pid(cfg.prefix, proc.pid, f"rank {rank}")  # `ip netns exec` execs: same PID
+
+
+def _start_foreign(cfg: LabConfig, sc: Scenario, run: _Run, out: Path, deadline_s: float) -> None:
+    ff = sc.faults.foreign_flow
+    assert ff is not None
+    if not cfg.foreign_hosts or cfg.leaves < 2:
+        raise LabError("the foreign-flow fault needs a lab with 2+ leaves and foreign hosts")
+    dur = min(deadline_s, FOREIGN_MAX_S)
+    cap = int(cfg.uplink_bps / 8 * dur * 1.5)  # bounded: never more than the uplink could carry
+    recv = traffic.spawn_in_ns(cfg, cfg.foreign_ns(1), ["recv", "--port", str(traffic.FOREIGN_PORT),
+                               "--duration", str(dur), "--max-bytes", str(cap), "--streams", str(ff.streams)],
+                               "foreign-recv")
+    run.helpers.append(recv)
+    assert recv.stdout is not None
+    if recv.stdout.readline().strip() != "listening":
+        raise LabError("foreign-flow receiver did not start")
+    send = traffic.spawn_in_ns(cfg, cfg.foreign_ns(0), [
+        "send", "--addr", cfg.foreign_addr(1), "--port", str(traffic.FOREIGN_PORT), "--duration", str(dur),
+        "--max-bytes", str(cap), "--streams", str(ff.streams), "--on", str(ff.on_s), "--off", str(ff.off_s),
+        "--log", str(scratch_dir(out) / "foreign.json")], "foreign-send")
+    run.helpers.append(send)
+    run.events.append({"event": "foreign_flow_start", "unix_s": time.time(), "streams": ff.streams})
+
+
+def _cleanup(run: _Run, cfg: LabConfig | None, prefix: str) -> None:
+    everything: list[subprocess.Popen[Any]] = [*run.procs, *run.helpers]
+    for proc in everything:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    for proc in everything:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for path in run.cgroups:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    root = cgroup.cgroup_root(prefix)
+    with contextlib.suppress(OSError):
+        if root.exists() and not any(p.is_dir() for p in root.iterdir()):
+            root.rmdir()
+    if cfg is not None:
+        state.forget_pids(prefix, [p.pid for p in everything])
+        with state.locked(prefix) as st:
+            st["cgroups"] = [c for c in st["cgroups"] if Path(c).exists()]
+    elif state.state_path(prefix).exists():
+        st_now = state.read(prefix)
+        if st_now is not None and not [c for c in st_now["cgroups"] if Path(c).exists()]:
+            state.remove(prefix)
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, cfg: LabConfig | None,
+          progress: bool) -> None:
+    """Wait for every rank; apply the timed uplink change; fail fast when a rank dies."""
+    from rich.progress import Progress
+
+    change = sc.faults.uplink_change if cfg is not None else None
+    progress_file = scratch_dir(out) / "progress"
+    t_start = time.monotonic()
+    t_first_step: float | None = None
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"lab run {sc.name}", total=steps)
+        while True:
+            codes = [p.poll() for p in run.procs]
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                r, c = bad[0]
+                log = scratch_dir(out) / "logs" / f"rank-{r:05d}.log"
+                raise LabError(f"rank {r} exited with {c}: {_tail(log)[-300:]} (log: {log})")
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() - t_start > deadline_s:
+                raise LabError(f"scenario {sc.name} did not finish within {deadline_s:.0f} s; "
+                               f"logs in {scratch_dir(out)}")
+            with contextlib.suppress(OSError, ValueError):
+                done = int(progress_file.read_text() or 0)
+                bar.update(task, completed=done)
+                if t_first_step is None:
+                    t_first_step = time.monotonic()
+            started = t_first_step is not None and time.monotonic() - t_first_step >= 0
+            if change is not None and started and time.monotonic() - (t_first_step or 0) >= change.after_s:
+                assert cfg is not None
+                fabric.set_uplink_rate(cfg, parse_rate(change.rate))
+                run.events.append({"event": "uplink_change", "unix_s": time.time(), "rate": change.rate})
+                change = None
+            time.sleep(0.2)
+
+
+def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: list[int],
+              cfg: LabConfig | None, run: _Run, pacing: str, seed: int) -> None:
+    """Write the lab topology into ranks.parquet and the manifest; the fault timeline into lab.json."""
+    import polars as pl
+
+    from fabricpace.run import read_manifest, write_manifest, write_table_atomic
+
+    ranks_path = out / "ranks.parquet"
+    if ranks_path.is_file():
+        ranks = pl.read_parquet(ranks_path)
+        node = [rank_node[r] for r in ranks["rank"].to_list()]
+        leaf = [cfg.leaf_of(n) if cfg is not None else None for n in node]
+        host = [cfg.node_ns(n) if cfg is not None else f"local-{n}" for n in node]
+        ranks = ranks.with_columns(
+            pl.Series("node", node, dtype=pl.Int32), pl.Series("leaf", leaf, dtype=pl.Int32),
+            pl.Series("host", host, dtype=pl.Utf8),
+            pl.Series("nic", [cfg.NODE_IFACE if cfg is not None else "lo"] * len(node), dtype=pl.Utf8),
+        )
+        write_table_atomic(ranks_path, ranks.to_arrow())
+    scratch = scratch_dir(out)
+    foreign: dict[str, Any] = {}
+    t0: int | None = None
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        foreign = json.loads((scratch / "foreign.json").read_text())
+    with contextlib.suppress(OSError, json.JSONDecodeError, TypeError, ValueError):
+        t0 = int(json.loads((scratch / "t0.json").read_text())["t0_monotonic_ns"])
+    periods = foreign.get("on_periods_monotonic_ns", [])
+    # Foreign-flow bursts on the run's aligned timeline (ns since the observer's t0).
+    aligned = [[a - t0, b - t0] for a, b in periods] if t0 is not None else []
+    topo = {
+        "backend": backend,
+        "placement": sc.placement,
+        "rank_node": rank_node,
+        "node_leaf": [cfg.leaf_of(n) for n in range(cfg.nodes)] if cfg is not None else None,
+        "fabric": cfg.to_dict() if cfg is not None else None,
+    }
+    lab = {"scenario": sc.model_dump(), "topology": topo, "events": run.events,
+           "foreign_on_periods_ns": aligned, "t0_monotonic_ns": t0,
+           "throttled_time_ns": {p.name: cgroup.throttled_time_ns(p) for p in run.cgroups}}
+    (scratch / "lab.json").write_text(json.dumps(lab, indent=2, default=str))
+    if out.is_dir():
+        if (out / "lab").exists():
+            shutil.rmtree(out / "lab")
+        shutil.move(str(scratch), str(out / "lab"))
+    with contextlib.suppress(Exception):
+        m = read_manifest(out)
+        m.source = backend
+        m.nodes = world
+        m.gpus_per_node = 1
+        if cfg is not None:
+            m.cluster = {"name": f"lab-{cfg.nodes}n-{cfg.leaves}leaf", "kind": "lab",
+                         "leaves": cfg.leaves, "uplink": format_rate(cfg.uplink_bps),
+                         "node_link": format_rate(cfg.node_link_bps), "node_leaf": topo["node_leaf"]}
+        else:
+            m.cluster = {"name": "local-loopback", "kind": "local"}
+        m.workload = m.workload | {"model": "mlp", **sc.workload.model_dump()}
+        m.extra = m.extra | {"scenario": sc.name, "expect": sc.expect, "placement": sc.placement,
+                             "faults": sc.faults.model_dump(exclude_none=True), "seed": seed,
+                             "pacing_mode": pacing, "lab": "lab/lab.json",
+                             "foreign_on_periods_ns": aligned}
+        write_manifest(out, m)
+
+
+def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | None = None,
+                 nodes: int | None = None, seed: int = 0, backend: str = "lab", prefix: str = "fp-",
+                 progress: bool = False, deadline_s: float | None = None) -> dict[str, Any]:
+    """Run ``sc`` and return a summary; the run directory is ``out``."""
+    world = nodes or sc.world
+    steps = steps or sc.steps
+    if world < 2:
+        raise InputError(f"--nodes {world}: a lab run needs at least 2 ranks")
+    out = Path(out)
+    cfg: LabConfig | None = None
+    if backend == "lab":
+        fabric.require_lab()
+        cfg = LabConfig(nodes=world, leaves=min(sc.fabric.leaves, world), prefix=prefix,
+                        uplink_bps=parse_rate(sc.fabric.uplink),
+                        node_link_bps=parse_rate(sc.fabric.node_link))
+        rank_node = placement(world, cfg, sc.placement)
+    elif backend == "local":
+        rank_node = list(range(world))
+        prefix = LOCAL_PREFIX
+    else:
+        raise InputError(f"--backend {backend!r}: choose lab or local")
+    scratch = _prepare_out(out)
+    if cfg is not None:
+        fabric.up(cfg)
+    deadline = deadline_s or 90.0 + 1.5 * steps
+    th = sc.faults.throttle
+    use_cgroup = th is not None and os.geteuid() == 0 and cgroup.available()
+    slow = None
+    if th is not None and not use_cgroup:
+        # No cgroups (not root): the same straggler, made by extra compute instead of a CPU quota.
+        slow = (",".join(str(r) for r in th.ranks), 4.0)
+    args = worker_args(sc, run_dir=out, steps=steps, pacing=pacing, seed=seed, slow=slow)
+    run = _Run()
+    t0 = time.time()
+    try:
+        _spawn_workers(sc, run, world=world, out=out, args=args, cfg=cfg, rank_node=rank_node)
+        if th is not None and use_cgroup:
+            for r in th.ranks:
+                if 0 <= r < world:
+                    run.cgroups.append(cgroup.throttle(prefix, f"rank{r}", run.procs[r].pid, th.cpus))
+                    run.events.append({"event": "throttle", "rank": r, "cpus": th.cpus,
+                                       "unix_s": time.time()})
+        if cfg is not None and sc.faults.foreign_flow is not None:
+            _start_foreign(cfg, sc, run, out, deadline)
+        _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress)
+    finally:
+        _cleanup(run, cfg, prefix)
+        if cfg is not None and sc.faults.uplink_change is not None:
+            fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
+    if not (out / "manifest.json").is_file():
+        raise LabError(f"scenario {sc.name}: the ranks finished but wrote no run directory at {out}; "
+                       f"logs in {scratch}")
+    _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
+              seed=seed)
+    return {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
+            "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}

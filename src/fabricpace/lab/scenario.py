@@ -1,0 +1,133 @@
+"""Lab scenarios: which ranks run where, on what fabric, with which faults. Validated with pydantic.
+
+A scenario is a YAML file (or the name of a shipped one in ``fabricpace/data/lab_scenarios``)::
+
+    name: throttled-rank
+    world: 8                # ranks, one per node
+    steps: 240
+    placement: contiguous   # or interleaved (consecutive ranks alternate leaves)
+    fabric: {leaves: 2, uplink: 1gbit, node_link: 2gbit}
+    workload: {global_batch: 256, hidden: 384, layers: 3}
+    faults:
+      throttle: {ranks: [5], cpus: 0.05}                  # cgroup v1 CPU quota (CPUs)
+      gc_noise: {ranks: all, heap: 300000, churn: 20000}  # object churn / GC pressure
+      foreign_flow: {streams: 4, on_s: 0, off_s: 0}       # bulk TCP across the uplink (0/0: always on)
+      uplink_change: {after_s: 8, rate: 200mbit}          # tc rate change mid-run
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fabricpace._errors import ConfigError
+from fabricpace.lab.config import parse_rate
+
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "lab_scenarios"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FabricSpec(_Strict):
+    leaves: int = Field(2, ge=1, le=16)
+    uplink: str = "1gbit"
+    node_link: str = "2gbit"
+
+    @field_validator("uplink", "node_link")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        parse_rate(v)
+        return v
+
+
+class WorkloadSpec(_Strict):
+    global_batch: int = Field(256, ge=1)
+    in_dim: int = Field(128, ge=1)
+    hidden: int = Field(384, ge=1)
+    layers: int = Field(3, ge=1, le=32)
+    window: int = Field(20, ge=2)
+
+
+class ThrottleSpec(_Strict):
+    ranks: list[int]
+    cpus: float = Field(0.05, gt=0.0, le=64.0)
+
+
+class GcNoiseSpec(_Strict):
+    ranks: Literal["all"] | list[int] = "all"
+    heap: int = Field(300_000, ge=0)
+    churn: int = Field(20_000, ge=1)
+    lifetime: int = Field(3, ge=1)
+
+
+class ForeignFlowSpec(_Strict):
+    streams: int = Field(4, ge=1, le=32)
+    on_s: float = Field(0.0, ge=0.0)
+    off_s: float = Field(0.0, ge=0.0)
+
+
+class UplinkChangeSpec(_Strict):
+    after_s: float = Field(..., ge=0.0)
+    rate: str
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        parse_rate(v)
+        return v
+
+
+class FaultsSpec(_Strict):
+    throttle: ThrottleSpec | None = None
+    gc_noise: GcNoiseSpec | None = None
+    foreign_flow: ForeignFlowSpec | None = None
+    uplink_change: UplinkChangeSpec | None = None
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    expect: str = Field("", description="the failure mode this scenario should show (documentation)")
+    world: int = Field(8, ge=2, le=64)
+    steps: int = Field(200, ge=10)
+    placement: Literal["contiguous", "interleaved"] = "contiguous"
+    fabric: FabricSpec = Field(default_factory=lambda: FabricSpec.model_validate({}))
+    workload: WorkloadSpec = Field(default_factory=lambda: WorkloadSpec.model_validate({}))
+    faults: FaultsSpec = Field(default_factory=lambda: FaultsSpec.model_validate({}))
+
+
+def shipped_names() -> list[str]:
+    return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A shipped scenario by name, or a YAML file; ConfigError naming the file and field on bad input."""
+    text_name = str(name_or_path)
+    if text_name in shipped_names():
+        source = f"{text_name} (shipped)"
+        text = (SHIPPED / f"{text_name}.yaml").read_text()
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"--scenario {text_name!r}: not a shipped scenario "
+                              f"({', '.join(shipped_names())}) and no such file")
+        source, text = str(path), path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with at least 'name'")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top)"
+        raise ConfigError(f"{source}: field '{field}': {err['msg']}") from exc
