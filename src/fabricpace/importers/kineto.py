@@ -185,15 +185,32 @@ def _open(path: Path) -> IO[bytes]:
 
 
 def _read_head(path: Path) -> dict[str, Any]:
-    """Top-level keys that come before ``traceEvents`` (schemaVersion, distributedInfo, ...)."""
+    """Top-level keys that come before ``traceEvents`` (schemaVersion, distributedInfo, ...).
+
+    Reads 64 KiB at a time until the ``traceEvents`` key is reached (a few KiB in real traces).
+    """
+    text = ""
     try:
         with _open(path) as fh:
-            text = fh.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+            while True:
+                chunk = fh.read(1 << 16)
+                text += chunk.decode("utf-8", errors="replace")
+                head = _parse_head(path, text, final=not chunk or len(text) >= _HEAD_BYTES)
+                if head is not None:
+                    return head
     except (OSError, EOFError, zlib.error) as exc:
         raise ParseError(f"{path}: cannot read ({exc}); is it a complete .json or .json.gz file?") from exc
+
+
+def _parse_head(path: Path, text: str, *, final: bool) -> dict[str, Any] | None:
+    """Parse the keys before traceEvents from ``text``; None when more text is needed."""
     dec = json.JSONDecoder()
     i = _skip_ws(text, 0)
-    if i >= len(text) or text[i] != "{":
+    if i >= len(text):
+        if final:
+            raise ParseError(f"{path}: empty file; expected a Chrome trace JSON object")
+        return None
+    if text[i] != "{":
         raise ParseError(f"{path}: not a Chrome trace (expected a JSON object with 'traceEvents')")
     head: dict[str, Any] = {}
     i += 1
@@ -211,6 +228,8 @@ def _read_head(path: Path) -> dict[str, Any]:
                 return head
             value, i = dec.raw_decode(text, i)
         except (ValueError, IndexError) as exc:
+            if not final:
+                return None  # the value may continue in the next chunk
             raise ParseError(
                 f"{path}: invalid JSON near byte {i} before 'traceEvents' ({exc}); is the file complete?"
             ) from exc
