@@ -1,4 +1,4 @@
-"""Kineto importer: real trace layout (gzip and plain, with and without distributedInfo), bad input via the CLI."""
+"""Kineto importer: real trace layout (gzip/plain, with/without distributedInfo); bad input via the CLI."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def _check_small_job(run_dir: Path, SMALL: SyntheticJob) -> None:
     assert run.manifest.complete
     assert run.world_size == SMALL.world_size
     assert run.steps.height == SMALL.world_size * SMALL.steps
-    assert sorted(run.steps["step"].unique().to_list()) == list(range(SMALL.first_step, SMALL.first_step + SMALL.steps))
+    assert sorted(run.steps["step"].unique().to_list()) == list(
+        range(SMALL.first_step, SMALL.first_step + SMALL.steps)
+    )
     c = run.collectives
     assert c.height == SMALL.world_size * SMALL.steps * SMALL.buckets_per_step
     assert set(c["op"].to_list()) == {"all_reduce"}
@@ -39,7 +41,9 @@ def _check_small_job(run_dir: Path, SMALL: SyntheticJob) -> None:
     sizes = c.group_by(["group", "seq"]).len()
     assert sizes["len"].to_list() == [SMALL.world_size] * sizes.height
     # Every rank leaves a collective together, so exits agree within rounding across ranks.
-    spread = c.group_by(["group", "seq"]).agg((pl.col("t_exit_ns").max() - pl.col("t_exit_ns").min()).alias("d"))
+    spread = c.group_by(["group", "seq"]).agg(
+        (pl.col("t_exit_ns").max() - pl.col("t_exit_ns").min()).alias("d")
+    )
     assert spread["d"].max() <= 2
     # The slow rank arrives last at the first bucket of every step and waits least.
     first_bucket = c.filter(pl.col("seq") % SMALL.buckets_per_step == 0)
@@ -90,19 +94,64 @@ def test_cpu_only_gloo_trace_counts_each_collective_once(tmp_path: Path) -> None
     events = []
     for step in range(3):
         t0 = 1000.0 + step * 10_000.0
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                       "ts": t0, "dur": 9_000.0})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1,
-                       "ts": t0 + 6_000.0, "dur": 2_000.0})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
-                       "ts": t0 + 6_001.0, "dur": 1_990.0,
-                       "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 256,
-                                "Out msg nelems": 256, "Process Group Name": "0"}})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1, "tid": 7,
-                       "ts": t0 + 6_002.0, "dur": 1_900.0})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 9_000.0,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "c10d::allreduce_",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 6_000.0,
+                "dur": 2_000.0,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "record_param_comms",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 6_001.0,
+                "dur": 1_990.0,
+                "args": {
+                    "Collective name": "allreduce",
+                    "dtype": "Float",
+                    "In msg nelems": 256,
+                    "Out msg nelems": 256,
+                    "Process Group Name": "0",
+                },
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "gloo:all_reduce",
+                "pid": 1,
+                "tid": 7,
+                "ts": t0 + 6_002.0,
+                "dur": 1_900.0,
+            }
+        )
     for r in range(2):
-        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
-               "traceEvents": events, "baseTimeNanoseconds": 5_000_000_000}
+        doc = {
+            "schemaVersion": 1,
+            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+            "traceEvents": events,
+            "baseTimeNanoseconds": 5_000_000_000,
+        }
         (tmp_path / f"r{r}.json").write_text(json.dumps(doc))
     (tmp_path / "src").mkdir()
     for r in range(2):
@@ -117,7 +166,8 @@ def test_cpu_only_gloo_trace_counts_each_collective_once(tmp_path: Path) -> None
 
 
 def test_op_names_and_comm_kernels() -> None:
-    assert canonical_op("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)") == "all_reduce"
+    name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    assert canonical_op(name) == "all_reduce"
     assert canonical_op("ncclKernel_AllGather_RING_LL_Sum_int8_t") == "all_gather"
     assert canonical_op("ncclKernel_ReduceScatter_RING_SIMPLE_Sum_bfloat16") == "reduce_scatter"
     assert canonical_op("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)") == "send_recv"
@@ -134,7 +184,7 @@ def test_op_names_and_comm_kernels() -> None:
 
 
 def test_streaming_memory_grows_far_slower_than_file_size(tmp_path: Path) -> None:
-    """Marginal Python-heap peak per trace byte is small: events are never all held, only a few kept fields."""
+    """Marginal Python-heap peak per trace byte is small: events are never all held, only kept fields."""
     peaks, sizes = [], []
     for steps in (8, 32):
         job = SyntheticJob(world_size=1, steps=steps, kernels_per_step=100)
@@ -154,7 +204,9 @@ def test_streaming_memory_grows_far_slower_than_file_size(tmp_path: Path) -> Non
 
 def test_trace_without_steps_is_a_parse_error(tmp_path: Path) -> None:
     p = tmp_path / "rank0.json"
-    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0}]}))
+    p.write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0}]})
+    )
     with pytest.raises(ParseError, match="ProfilerStep"):
         parse_trace(p)
 
