@@ -1,0 +1,80 @@
+"""`fabricpace simulate` through the real entry point: output, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_simulate_writes_a_run_and_prints_json(cli, tmp_path, small_workload):
+    out = tmp_path / "run"
+    r = cli(
+        "simulate",
+        "--cluster",
+        "single-switch",
+        "--workload",
+        str(small_workload),
+        "--nodes",
+        "2",
+        "--steps",
+        "30",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["run_dir"] == str(out) and doc["world_size"] == 16 and doc["throughput"] > 0
+    assert (out / "manifest.json").is_file() and (out / "ranks.parquet").is_file()
+
+
+def _bad_cases(tmp_path, write_yaml, small_workload):
+    neg = write_yaml(tmp_path / "neg.yaml", {"parameters": -5, "batch_per_gpu": 8, "compute": {"seconds": 1}})
+    missing = write_yaml(tmp_path / "miss.yaml", {"parameters": 1e9, "compute": {"seconds": 1}})
+    ghost = write_yaml(tmp_path / "ghost.yaml", {"slow": [{"rank": 99, "factor": 1.2}]})
+    link = write_yaml(tmp_path / "link.yaml", {"links": [{"link": "leaf9->spine99", "scale": 0.5}]})
+    typo = write_yaml(tmp_path / "typo.yaml", {"jiter": {"cv": 0.1}})
+    return {
+        "unknown preset": (["--workload", "gpt-99b"], "unknown workload preset"),
+        "negative size": (["--workload", str(neg)], "parameters"),
+        "missing key": (["--workload", str(missing)], "batch_per_gpu"),
+        "ghost rank": (["--workload", str(small_workload), "--noise", str(ghost)], "rank 99 does not exist"),
+        "unknown link": (["--workload", str(small_workload), "--noise", str(link)], "leaf9->spine99"),
+        "unknown field": (["--workload", str(small_workload), "--noise", str(typo)], "jiter"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["unknown preset", "negative size", "missing key", "ghost rank", "unknown link", "unknown field"]
+)
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workload, case):
+    args, needle = _bad_cases(tmp_path, write_yaml, small_workload)[case]
+    out = tmp_path / "out"
+    r = cli(
+        "simulate",
+        "--cluster",
+        "roce-leaf-spine-2to1",
+        "--nodes",
+        "2",
+        "--steps",
+        "5",
+        "--out",
+        str(out),
+        *args,
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert needle in lines[0]
+    assert not out.exists()  # nothing was written
+
+
+def test_existing_output_is_never_overwritten(cli, tmp_path, small_workload):
+    out = tmp_path / "keep"
+    out.mkdir()
+    (out / "mine.txt").write_text("precious")
+    r = cli("simulate", "--cluster", "single-switch", "--workload", str(small_workload), "--out", str(out))
+    assert r.returncode == 2 and "not empty" in r.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]

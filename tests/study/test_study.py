@@ -1,0 +1,202 @@
+"""Study rows from run directories: summarize_run by hand, aggregation statistics, and the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from fabricpace.run import Manifest, RunWriter, load_run
+from fabricpace.study.metrics import summarize_run
+from fabricpace.study.runner import StudyPlan, aggregate
+from fabricpace.study.stats import mean_ci, t975
+
+
+def _hand_run(path, iters_ms):
+    """Two ranks; step s lasts iters_ms[s]; rank 1 starts 1 ms later and ends at the same time."""
+    w = RunWriter(path, Manifest(source="observer", world_size=2, nodes=1, gpus_per_node=2))
+    t, rows = 0, {k: [] for k in ("rank", "step", "t_start_ns", "t_end_ns", "samples")}
+    for s, ms in enumerate(iters_ms):
+        end = t + int(ms * 1e6)
+        for r in (0, 1):
+            rows["rank"].append(r)
+            rows["step"].append(s)
+            rows["t_start_ns"].append(t + r * 1_000_000)
+            rows["t_end_ns"].append(end)
+            rows["samples"].append(8)
+        t = end
+    zeros = [0] * len(rows["rank"])
+    cols = {
+        **rows,
+        **{c: zeros for c in ("compute_ns", "wait_ns", "comm_ns", "data_ns", "gc_ns", "paced_ns")},
+    }
+    w.write("steps", cols, rank=0)
+    w.write(
+        "ranks",
+        {
+            c: [0, 1] if c in ("rank", "local_rank") else [None, None]
+            for c in (
+                "rank",
+                "node",
+                "local_rank",
+                "host",
+                "leaf",
+                "dp_rank",
+                "pp_stage",
+                "tp_rank",
+                "numa",
+                "gpu",
+                "nic",
+                "clock_offset_ns",
+                "clock_err_ns",
+            )
+        },
+    )
+    w.close()
+    return load_run(path)
+
+
+def test_summarize_run_by_hand(tmp_path):
+    iters = [500, 100, 110, 90, 100]  # step 0 is warm-up
+    s = summarize_run(_hand_run(tmp_path, iters), warmup=1)
+    kept = np.array(iters[1:]) / 1e3
+    assert s["steps"] == 4
+    assert s["throughput"] == pytest.approx(4 * 16 / kept.sum())
+    assert s["cv"] == pytest.approx(kept.std() / kept.mean())
+    assert s["iter_mean_s"] == pytest.approx(kept.mean())
+
+
+def test_summarize_run_refuses_too_few_steps(tmp_path):
+    from fabricpace import RunDirError
+
+    with pytest.raises(RunDirError, match="warm-up"):
+        summarize_run(_hand_run(tmp_path, [100, 100, 100]), warmup=2)
+
+
+def test_mean_ci_matches_t_interval():
+    m, ci = mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and ci is not None
+    assert ci[1] - m == pytest.approx(4.303 * 1.0 / np.sqrt(3))
+    assert mean_ci([5.0]) == (5.0, None)
+    assert t975(22) == t975(20) and t975(1000) == pytest.approx(1.96)
+
+
+def test_aggregate_efficiency_and_paired_delta(tmp_path):
+    plan = StudyPlan(
+        backend="sim",
+        nodes=(2, 4),
+        modes=("baseline", "paced"),
+        repeats=2,
+        steps=10,
+        warmup=1,
+        seed=0,
+        out_dir=tmp_path,
+    )
+    pts = []
+    for r in range(2):
+        pts += [
+            {"nodes": 2, "mode": "baseline", "repeat": r, "throughput": 100.0 + r, "cv": 0.02, "steps": 9},
+            {"nodes": 4, "mode": "baseline", "repeat": r, "throughput": 180.0 + r, "cv": 0.05, "steps": 9},
+            {"nodes": 2, "mode": "paced", "repeat": r, "throughput": 100.0 + r, "cv": 0.02, "steps": 9},
+            {
+                "nodes": 4,
+                "mode": "paced",
+                "repeat": r,
+                "throughput": 189.0 + 1.05 * r,
+                "cv": 0.03,
+                "steps": 9,
+            },
+        ]
+    rows = {(x["nodes"], x["mode"]): x for x in aggregate(plan, pts)}
+    assert rows[(4, "baseline")]["efficiency"] == pytest.approx((180.5 / 4) / (100.5 / 2))
+    assert rows[(4, "paced")]["delta_pct"] == pytest.approx(5.0)
+    assert rows[(2, "paced")]["delta_pct"] == pytest.approx(0.0)
+    assert rows[(2, "baseline")]["delta_pct"] is None
+    assert rows[(4, "baseline")]["repeats"] == 2 and rows[(4, "baseline")]["steps"] == 9
+
+
+def test_study_cli_json_is_rows_only(cli, tmp_path):
+    out = tmp_path / "study"
+    r = cli(
+        "study",
+        "--backend",
+        "sim",
+        "--cluster",
+        "single-switch",
+        "--workload",
+        "resnet-50",
+        "--nodes",
+        "1,2",
+        "--repeats",
+        "2",
+        "--steps",
+        "30",
+        "--warmup",
+        "5",
+        "--out",
+        str(out),
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert list(doc) == ["rows"] and len(doc["rows"]) == 2
+    for row in doc["rows"]:
+        assert {
+            "backend",
+            "nodes",
+            "mode",
+            "throughput",
+            "throughput_ci",
+            "cv",
+            "efficiency",
+            "steps",
+            "repeats",
+        } <= set(row)
+        assert row["backend"] == "sim" and row["repeats"] == 2 and row["steps"] == 25
+    assert (out / "study.json").is_file() and (out / "figures.html").is_file()
+    html = (out / "figures.html").read_text()
+    assert "Throughput against nodes" in html and "Per-rank timeline" in html
+    study = json.loads((out / "study.json").read_text())
+    assert len(study["points"]) == 4 and all((tmp_path / p["run_dir"]).exists() for p in study["points"])
+
+
+def test_study_cli_bad_input(cli, tmp_path):
+    r = cli(
+        "study",
+        "--backend",
+        "sim",
+        "--cluster",
+        "single-switch",
+        "--workload",
+        "resnet-50",
+        "--nodes",
+        "1,x",
+        "--out",
+        str(tmp_path / "s"),
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = cli("study", "--backend", "sim", "--workload", "resnet-50", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "--cluster" in r.stderr
+
+
+@pytest.mark.parametrize("backend", ["local", "lab"])
+def test_missing_backend_module_is_an_input_error(cli, tmp_path, backend):
+    if importlib.util.find_spec(f"fabricpace.study.{backend}") is not None:
+        pytest.skip(f"fabricpace.study.{backend} exists; its owner tests it")
+    r = cli(
+        "study",
+        "--backend",
+        backend,
+        "--nodes",
+        "1",
+        "--steps",
+        "5",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path / "s"),
+    )
+    assert r.returncode == 2 and f"fabricpace.study.{backend}" in r.stderr
