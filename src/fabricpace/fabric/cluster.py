@@ -66,25 +66,24 @@ class Network(BaseModel):
 
 
 class Tuning(BaseModel):
-    """Free parameters of the collective model (defaults follow NCCL's tuning constants; see collectives.py).
+    """Free parameters of the collective model (see collectives.py); ``--calibrate`` fits the first three.
 
     ``net_efficiency``: share of NIC line rate a bandwidth-bound ring reaches (busbw / line rate).
-    ``nvlink_efficiency``: the same inside a node. ``tree_efficiency``: tree bandwidth relative to ring.
-    ``ring_step_us`` / ``tree_step_us``: latency of one inter-node ring step / one tree level (Simple).
-    ``base_us``: fixed launch cost. ``chunk_kib``: the size per ring step per channel below which the
-    pipeline cannot fill (size-dependent efficiency). ``nvls``: intra-node NVLink SHARP all-reduce.
-    ``source``: where the numbers came from (defaults, or the logs a calibration used).
+    ``tree_efficiency``: the same for tree-shaped algorithms (tree, NVLS-tree) on the network.
+    ``base_us``: fixed cost of one call (launch, pipeline fill), Simple protocol.
+    ``nvlink_efficiency``: share of the intra-node link rate a ring reaches.
+    ``latency_scale``: multiplies the per-hop latencies of the cluster file (kept at 1 by calibration:
+    two node counts cannot tell a per-hop latency from the fixed cost).
+    ``channels``: NCCL channels (parallel rings/trees). ``nvls``: NVLink SHARP available (H100 NVSwitch),
+    with its intra-node all-reduce ``nvls_busbw_gbytes``. ``source``: defaults, or the logs of a fit.
     """
 
     model_config = _FROZEN
     net_efficiency: float = Field(default=0.92, gt=0, le=1.0)
-    nvlink_efficiency: float = Field(default=0.80, gt=0, le=1.0)
-    tree_efficiency: float = Field(default=0.92, gt=0, le=2.0)
+    tree_efficiency: float = Field(default=0.80, gt=0, le=1.0)
     base_us: float = Field(default=8.4, ge=0)
-    ring_step_us: float = Field(default=14.0, ge=0)
-    intra_step_us: float = Field(default=3.4, ge=0)
-    tree_step_us: float = Field(default=14.0, ge=0)
-    chunk_kib: float = Field(default=512.0, ge=0)
+    nvlink_efficiency: float = Field(default=0.80, gt=0, le=1.0)
+    latency_scale: float = Field(default=1.0, gt=0)
     channels: int = Field(default=16, ge=1, le=64)
     nvls: bool = False
     nvls_busbw_gbytes: float = Field(default=480.0, gt=0)

@@ -1,25 +1,26 @@
-"""Collectives on the fabric: flow patterns per algorithm, an NCCL-like cost model, and its selection.
+"""Collectives on the fabric: an NCCL-like cost model per (algorithm, protocol), and NCCL-like selection.
 
-Model (per algorithm a, protocol p; S = bytes as nccl-tests counts them)::
+Model (S = bytes as nccl-tests counts them)::
 
-    T(a, p) = latency(a, p, ranks, nodes) + S * u_a / eff_p
+    T(a, p) = latency(a, p) + S * u_a / bw_p
 
-* ``u_a`` (seconds per byte) comes from the fabric: the algorithm's flows (ring edges per channel, tree
-  edges of a double binary tree, rails of the hierarchical scheme) are routed on the topology (NIC ports,
-  leaf uplinks via ECMP or spraying, NVLink ports) and ``u_a = max over links of bytes_on_link(S=1) /
-  (capacity * efficiency)``. The ring and tree move data in lockstep pipelines, so the slowest link gates
-  every flow; the max-min fair rate of the slowest flow is exactly ``capacity / load`` of its busiest link.
-  That is why one ECMP draw needs only a ``bincount`` of flows per uplink, not a full max-min solve (the
-  tests check this closed form against ``maxmin.max_min_rates`` on random draws).
-* ``latency`` follows NCCL's tuning model (src/graph/tuning.cc): a base launch cost plus per-step hardware
-  latency; ring steps = 2(n-1) for all-reduce, n-1 for all-gather / reduce-scatter (ring latency grows
-  with the rank count); tree latency grows with (g-1) intra-node hops and log2(nodes) network levels.
-* protocols: LL (low latency, a quarter of the bandwidth), LL128 (120/128 of it), Simple (full bandwidth,
-  highest latency) -- NCCL's ratios.
+* ``u_a`` (seconds per byte of S) comes from the fabric: the algorithm's connections (patterns.py) are
+  routed on the topology (NIC ports, leaf uplinks via ECMP or spraying, NVLink ports) and
+  ``u_a = max over links of bytes_on_link / (capacity * efficiency)``. Rings and trees move data in
+  lockstep pipelines, so the slowest link paces every flow, and the max-min fair rate of the slowest flow
+  is exactly ``capacity / load`` of its busiest link. One ECMP draw therefore needs only a ``bincount`` of
+  hashed connections per uplink, not a full max-min solve (tests check this closed form against
+  ``maxmin.max_min_rates``).
+* ``latency`` is a fixed per-call cost (``tuning.base_us``: launch and pipeline fill; calibrated) plus the
+  per-hop latencies of the cluster file along the algorithm's critical path, following the step counts of
+  NCCL's tuning model (src/graph/tuning.cc): a ring all-reduce crosses 2(n-1) hops, 2(N-1) of them on
+  the network (ring latency grows with the rank count); a tree crosses (g-1) NVLink hops and log2(N)
+  network levels twice; NVLS-tree reduces inside the node in the NVSwitch, then runs a tree across nodes.
+* protocols: LL (a quarter of the bandwidth, lowest latency), LL128 (120/128 of it), Simple (full
+  bandwidth) -- NCCL's bandwidth and latency ratios.
 
-Selection picks the (algorithm, protocol) with the lowest *expected* time (ECMP replaced by its even
-spread), independent of the ECMP draw, as NCCL does (its choice does not see hash collisions); the time
-of one draw then uses that draw's loads.
+Selection picks the lowest *expected* time (ECMP replaced by its even spread), independent of the draw,
+as NCCL does (its choice never sees hash collisions); a draw's time then uses that draw's loads.
 """
 
 from __future__ import annotations
@@ -30,19 +31,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabricpace._errors import ConfigError, InputError
+from fabricpace._errors import InputError
 from fabricpace.fabric.cluster import Cluster, load_cluster
+from fabricpace.fabric.patterns import Pattern, alltoall_pattern, ring_pattern, tree_pattern
 from fabricpace.fabric.topology import Topology
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-ALGORITHMS = ("ring", "tree", "hierarchical", "nvls")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical", "p2p")
 PROTOCOLS = ("LL", "LL128", "Simple")
 
-# NCCL tuning.cc ratios, relative to Simple: bandwidth share and per-step latency.
+# NCCL tuning.cc ratios relative to Simple (bandwidth share; ring latency per network / NVLink hop; base)
 _PROTO_BW = {"LL": 0.25, "LL128": 120.0 / 128.0, "Simple": 1.0}
-_PROTO_NET_LAT = {"LL": 2.7 / 14.0, "LL128": 4.0 / 14.0, "Simple": 1.0}
-_PROTO_INTRA_LAT = {"LL": 0.6 / 3.4, "LL128": 1.9 / 3.4, "Simple": 1.0}
-_PROTO_BASE = {"LL": 6.6 / 8.4, "LL128": 14.0 / 8.4, "Simple": 1.0}
+_PROTO_NET = {"LL": 2.7 / 9.6, "LL128": 4.0 / 9.6, "Simple": 1.0}
+_PROTO_INTRA = {"LL": 0.47 / 3.4, "LL128": 1.9 / 3.4, "Simple": 1.0}
+_PROTO_BASE = {"LL": 3.6 / 8.4, "LL128": 10.0 / 8.4, "Simple": 1.0}
 
 LinkScale = float | np.ndarray | Mapping[str, float] | None
 
@@ -94,203 +96,28 @@ def bus_factor(op: str, ranks: int) -> float:
     return 1.0
 
 
-# ---- flow patterns -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Pattern:
-    """Bytes per byte of S on fixed links, plus the cross-leaf flows that ECMP hashes.
-
-    ``fixed``: bytes (per S) per link index for NIC and NVLink ports and for sprayed uplinks.
-    ``x_src_leaf`` / ``x_dst_leaf``: leaf of each cross-leaf connection; ``x_bytes``: its bytes per S.
-    ``steps``: (intra, inter) latency steps; ``kind``: how latency is composed.
-    """
-
-    fixed: np.ndarray
-    x_src_leaf: np.ndarray
-    x_dst_leaf: np.ndarray
-    x_bytes: np.ndarray
-    fixed_flows: np.ndarray  # number of flows per link (for --explain)
-
-
-def _channels(cluster: Cluster) -> int:
-    return max(cluster.tuning.channels, cluster.nics.count if cluster.nics.per == "node" else 1)
-
-
-def _nic_of_channel(cluster: Cluster, gpu: np.ndarray, channel: np.ndarray) -> np.ndarray:
-    """NIC a channel's network edge uses: the GPU's rail (per-GPU NICs) or channel round-robin (per node)."""
-    R, G = cluster.nics.count, cluster.gpus_per_node
-    if cluster.nics.per == "gpu":
-        if R >= G:  # several NICs per GPU: channels rotate over the GPU's NICs
-            per = R // G
-            return gpu * per + channel % per
-        return gpu // (G // R)
-    return channel % R
-
-
-def _edges_pattern(
-    topo: Topology,
-    src: np.ndarray,
-    dst: np.ndarray,
-    nbytes: np.ndarray,
-    src_nic: np.ndarray,
-    dst_nic: np.ndarray,
-    spray: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Accumulate inter-node edges (node -> node, bytes per S) on NIC links; return cross-leaf flows."""
-    L = topo.n_links
-    fixed = np.bincount(topo.nic_tx(src, src_nic), weights=nbytes, minlength=L)
-    fixed += np.bincount(topo.nic_rx(dst, dst_nic), weights=nbytes, minlength=L)
-    flows = np.bincount(topo.nic_tx(src, src_nic), minlength=L) + np.bincount(
-        topo.nic_rx(dst, dst_nic), minlength=L
-    )
-    la, lb = topo.leaf(src, src_nic), topo.leaf(dst, dst_nic)
-    cross = la != lb
-    xa, xb, xbytes = la[cross], lb[cross], nbytes[cross]
-    if spray and xa.size:
-        S = topo.spines
-        spines = np.arange(S)
-        share = np.repeat(xbytes / S, S)
-        fixed += np.bincount(
-            topo.uplink(np.repeat(xa, S), np.tile(spines, xa.size)), weights=share, minlength=L
-        )
-        fixed += np.bincount(
-            topo.downlink(np.repeat(xb, S), np.tile(spines, xb.size)), weights=share, minlength=L
-        )
-        xa = xb = np.zeros(0, dtype=np.int64)
-        xbytes = np.zeros(0)
-    return fixed, flows, xa, xb, xbytes
-
-
-def ring_edges(cluster: Cluster, op: str, nodes: int, g: int) -> tuple[np.ndarray, ...]:
-    """Inter-node connections of a ring collective: (src node, dst node, NIC, bytes per byte of S).
-
-    One ring per channel, nodes in order; channel c leaves each node from GPU c mod g on that GPU's rail,
-    so channels spread evenly over the NICs."""
-    n = nodes * g
-    factor = {"all_reduce": 2.0 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
-    C = _channels(cluster)
-    ch = np.repeat(np.arange(C), nodes)
-    src = np.tile(np.arange(nodes), C)
-    dst = (src + 1) % nodes
-    nic = _nic_of_channel(cluster, ch % g, ch)
-    return src, dst, nic, np.full(src.shape[0], factor / C)
-
-
-def _ring_pattern(cluster: Cluster, topo: Topology, op: str, nodes: int, g: int, spray: bool) -> _Pattern:
-    n = nodes * g
-    factor = {"all_reduce": 2.0 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
-    L = topo.n_links
-    fixed = np.zeros(L)
-    flows = np.zeros(L, dtype=np.int64)
-    if g > 1:  # NVLink: every GPU forwards the intra-node share of the ring in each direction
-        intra = factor * (g - 1) / g if nodes > 1 else factor
-        gpus = np.arange(nodes * g)
-        fixed[topo.gpu_tx(gpus // g, gpus % g)] += intra
-        fixed[topo.gpu_rx(gpus // g, gpus % g)] += intra
-        flows[topo.gpu_tx(gpus // g, gpus % g)] += 1
-    empty = np.zeros(0, dtype=np.int64)
-    if nodes == 1:
-        return _Pattern(fixed, empty, empty, np.zeros(0), flows)
-    src, dst, nic, per_edge = ring_edges(cluster, op, nodes, g)
-    f, fl, xa, xb, xbytes = _edges_pattern(topo, src, dst, per_edge, nic, nic, spray)
-    return _Pattern(fixed + f, xa, xb, xbytes, flows + fl)
-
-
-def _btree_parents(nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two complementary binary trees over nodes (NCCL's double binary tree idea): heap order over
-    0..N-1 and over the reversed order, so leaves of one are interior in the other."""
-    order0 = np.arange(nodes)
-    order1 = order0[::-1]
-    parents = []
-    for order in (order0, order1):
-        pos = np.arange(nodes)
-        parent_pos = (pos - 1) // 2
-        par = np.full(nodes, -1)
-        par[order[1:]] = order[parent_pos[1:]]
-        parents.append(par)
-    return parents[0], parents[1]
-
-
-def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
-    """Inter-node connections of the double binary tree all-reduce: (src, dst, NIC, bytes per byte of S).
-    Each tree carries half of S over half of the channels, up (reduce) and down (broadcast)."""
-    C = _channels(cluster)
-    srcs, dsts, nics, byts = [], [], [], []
-    for t, par in enumerate(_btree_parents(nodes)):
-        child = np.nonzero(par >= 0)[0]
-        chans = np.arange(t, C, 2) if C > 1 else np.array([0])
-        per = 0.5 / chans.size
-        for c in chans:
-            nic = _nic_of_channel(cluster, np.full(child.size, c % g), np.full(child.size, c))
-            srcs += [child, par[child]]
-            dsts += [par[child], child]
-            nics += [nic, nic]
-            byts += [np.full(child.size, per), np.full(child.size, per)]
-    return tuple(np.concatenate(x) for x in (srcs, dsts, nics, byts))
-
-
-def _tree_pattern(cluster: Cluster, topo: Topology, nodes: int, g: int, spray: bool) -> _Pattern:
-    L = topo.n_links
-    fixed = np.zeros(L)
-    flows = np.zeros(L, dtype=np.int64)
-    if g > 1:  # intra-node chain: reduce up and broadcast down, S each way
-        gpus = np.arange(nodes * g)
-        fixed[topo.gpu_tx(gpus // g, gpus % g)] += 2.0
-        fixed[topo.gpu_rx(gpus // g, gpus % g)] += 2.0
-        flows[topo.gpu_tx(gpus // g, gpus % g)] += 1
-    empty = np.zeros(0, dtype=np.int64)
-    if nodes == 1:
-        return _Pattern(fixed, empty, empty, np.zeros(0), flows)
-    src, dst, nic, b = tree_edges(cluster, nodes, g)
-    f, fl, xa, xb, xbytes = _edges_pattern(topo, src, dst, b, nic, nic, spray)
-    return _Pattern(fixed + f, xa, xb, xbytes, flows + fl)
-
-
-def _alltoall_pattern(cluster: Cluster, topo: Topology, nodes: int, g: int) -> _Pattern:
-    """All-to-all: each GPU sends S/n to every rank; the inter-node share leaves on the destination's
-    rail (PXN). Many connections per uplink, so ECMP is modelled by its even spread."""
-    n = nodes * g
-    L = topo.n_links
-    fixed = np.zeros(L)
-    flows = np.zeros(L, dtype=np.int64)
-    gpus = np.arange(n)
-    intra = (g - 1) / n
-    fixed[topo.gpu_tx(gpus // g, gpus % g)] += intra
-    fixed[topo.gpu_rx(gpus // g, gpus % g)] += intra
-    empty = np.zeros(0, dtype=np.int64)
-    if nodes == 1:
-        return _Pattern(fixed, empty, empty, np.zeros(0), flows)
-    R = cluster.nics.count
-    src = np.repeat(np.arange(nodes), nodes)
-    dst = np.tile(np.arange(nodes), nodes)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    # node src sends g * g * S/n bytes to node dst, spread over its R NICs
-    per_pair = g * g / n / R
-    src_r = np.repeat(src, R)
-    dst_r = np.repeat(dst, R)
-    nic = np.tile(np.arange(R), src.size)
-    f, fl, xa, xb, xbytes = _edges_pattern(topo, src_r, dst_r, np.full(src_r.size, per_pair), nic, nic, True)
-    return _Pattern(fixed + f, xa, xb, xbytes, flows + fl)
-
-
-# ---- evaluation --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Fabric:
     cluster: Cluster
     topo: Topology
-    eff: np.ndarray  # per-link efficiency (network vs NVLink)
-    cap: np.ndarray  # per-link effective capacity, bytes/s
+    raw: np.ndarray  # link capacity after link_scale, bytes/s
+    n_net: int  # links [0, n_net) are network links, the rest NVLink ports
+
+    def cap(self, net_eff: float) -> np.ndarray:
+        """Effective capacities with ``net_eff`` on network links and NVLink efficiency inside nodes."""
+        c = self.raw.copy()
+        c[: self.n_net] *= net_eff
+        c[self.n_net :] *= self.cluster.tuning.nvlink_efficiency
+        return c
 
 
 def _fabric(cluster: Cluster, nodes: int, link_scale: LinkScale) -> _Fabric:
     topo = Topology.build(cluster, nodes)
-    cap = topo.capacity.copy()
+    raw = topo.capacity.copy()
     if link_scale is not None:
-        cap *= _scale_vector(topo, link_scale)
+        raw *= _scale_vector(topo, link_scale)
     n_net = 2 * nodes * topo.nics_per_node + 2 * topo.n_leaves * topo.spines
-    eff = np.full(topo.n_links, cluster.tuning.nvlink_efficiency)
-    eff[:n_net] = cluster.tuning.net_efficiency
-    return _Fabric(cluster, topo, eff, cap * eff)
+    return _Fabric(cluster, topo, raw, n_net)
 
 
 def _scale_vector(topo: Topology, link_scale: float | np.ndarray | Mapping[str, float]) -> np.ndarray:
@@ -315,17 +142,9 @@ def _scale_vector(topo: Topology, link_scale: float | np.ndarray | Mapping[str, 
     return arr
 
 
-def _pattern(
-    cluster: Cluster, fab: _Fabric, op: str, algorithm: str, nodes: int, g: int, spray: bool
-) -> _Pattern:
-    if op == "all_to_all":
-        return _alltoall_pattern(cluster, fab.topo, nodes, g)
-    if algorithm == "tree":
-        return _tree_pattern(cluster, fab.topo, nodes, g, spray)
-    return _ring_pattern(cluster, fab.topo, op, nodes, g, spray)
-
-
-def _draw_uplink_time(fab: _Fabric, pat: _Pattern, draws: int, rng: np.random.Generator) -> np.ndarray:
+def _draw_uplink_time(
+    fab: _Fabric, pat: Pattern, cap: np.ndarray, draws: int, rng: np.random.Generator
+) -> np.ndarray:
     """Seconds per byte of S on the busiest uplink/downlink, one value per ECMP draw (vectorized)."""
     if pat.x_bytes.size == 0:
         return np.zeros(draws)
@@ -334,60 +153,67 @@ def _draw_uplink_time(fab: _Fabric, pat: _Pattern, draws: int, rng: np.random.Ge
     S = topo.spines
     xa = np.repeat(pat.x_src_leaf, q)
     xb = np.repeat(pat.x_dst_leaf, q)
-    xbytes = np.repeat(pat.x_bytes / q, q)
+    xbytes = np.tile(np.repeat(pat.x_bytes / q, q), draws)
     spine = rng.integers(0, S, size=(draws, xa.size))
     n_links = topo.n_leaves * S
     offset = (np.arange(draws) * n_links)[:, None]
-    up = np.bincount(
-        (offset + xa * S + spine).ravel(), weights=np.tile(xbytes, draws), minlength=draws * n_links
-    )
-    down = np.bincount(
-        (offset + xb * S + spine).ravel(), weights=np.tile(xbytes, draws), minlength=draws * n_links
-    )
+    size = draws * n_links
+    up = np.bincount((offset + xa * S + spine).ravel(), weights=xbytes, minlength=size)
+    down = np.bincount((offset + xb * S + spine).ravel(), weights=xbytes, minlength=size)
     base = 2 * topo.nodes * topo.nics_per_node
-    cap_up = fab.cap[base : base + n_links]
-    cap_down = fab.cap[base + n_links : base + 2 * n_links]
-    t_up = (up.reshape(draws, n_links) / cap_up).max(axis=1)
-    t_down = (down.reshape(draws, n_links) / cap_down).max(axis=1)
+    t_up = (up.reshape(draws, n_links) / cap[base : base + n_links]).max(axis=1)
+    t_down = (down.reshape(draws, n_links) / cap[base + n_links : base + 2 * n_links]).max(axis=1)
     return np.maximum(t_up, t_down)
 
 
+def _hop_latencies(cluster: Cluster, nodes: int) -> tuple[float, float]:
+    """(NVLink hop, network hop) latency in us from the cluster file; a network hop crosses one switch
+    inside a leaf and three (leaf, spine, leaf) when the job spans leaves."""
+    net = cluster.network
+    hops = 1 if net.topology == "single_switch" or nodes <= cluster.nodes_per_leaf else 3
+    scale = cluster.tuning.latency_scale
+    return cluster.intra_node.latency_us * scale, (net.nic_latency_us + hops * net.hop_latency_us) * scale
+
+
 def _latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
-    tu = cluster.tuning
+    intra, net = _hop_latencies(cluster, nodes)
+    intra *= _PROTO_INTRA[protocol]
+    net *= _PROTO_NET[protocol]
+    base = cluster.tuning.base_us * _PROTO_BASE[protocol]
+    levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
     n = nodes * g
-    net = tu.ring_step_us * _PROTO_NET_LAT[protocol]
-    intra = tu.intra_step_us * _PROTO_INTRA_LAT[protocol]
-    base = tu.base_us * _PROTO_BASE[protocol]
-    if nodes > 1:
-        intra = max(intra, net / 3.0)  # NCCL: intra steps of an inter-node ring still pay network overhead
-    if op == "all_to_all":
-        return 1e-6 * (base + (nodes - 1) * net + (g - 1) * intra)
-    if algorithm == "tree":
-        tree_net = tu.tree_step_us * _PROTO_NET_LAT[protocol]
-        levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
-        return 1e-6 * (base + 2 * ((g - 1) * intra + levels * tree_net))
-    if algorithm in ("hierarchical", "nvls"):
-        inter = 2 * (nodes - 1) if op == "all_reduce" else nodes - 1
-        intra_steps = 2 * (g - 1) if algorithm == "hierarchical" else 2
-        return 1e-6 * (base + intra_steps * intra + inter * net)
-    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-    inter_steps = (2 * nodes if op == "all_reduce" else nodes - 1) if nodes > 1 else 0
-    inter_steps = min(inter_steps, steps)
-    return 1e-6 * (base + (steps - inter_steps) * intra + inter_steps * net)
+    if algorithm == "p2p":
+        us = base + (nodes - 1) * net + (g - 1) * intra
+    elif algorithm == "tree":
+        us = base + 2 * ((g - 1) * intra + levels * net)
+    elif algorithm == "nvls_tree":
+        us = base + 2 * (intra + levels * net)
+    elif algorithm == "nvls":
+        us = base + 2 * intra
+    elif algorithm == "hierarchical":
+        us = base + 2 * (g - 1) * intra + 2 * (nodes - 1) * net
+    else:
+        steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+        inter = (2 * (nodes - 1) if op == "all_reduce" else nodes - 1) if nodes > 1 else 0
+        us = base + inter * net + (steps - inter) * intra
+    return us * 1e-6
 
 
 def _candidates(cluster: Cluster, op: str, nodes: int, g: int) -> list[str]:
-    if op == "all_reduce":
-        algs = ["ring", "tree"]
-        if cluster.tuning.nvls and cluster.intra_node.kind == "nvswitch" and g > 1:
-            algs.append("nvls")
-        return algs
-    return ["ring"]
+    if op == "all_to_all":
+        return ["p2p"]
+    if op != "all_reduce":
+        return ["ring"]
+    nvls = cluster.tuning.nvls and cluster.intra_node.kind == "nvswitch" and g > 1
+    if nodes == 1:
+        return ["ring", "nvls"] if nvls else ["ring"]
+    return ["ring", "nvls_tree" if nvls else "tree"]
 
 
-def _protocols(cluster: Cluster) -> list[str]:
-    # LL128 needs NVLink-class intra-node links (NCCL enables it on NVLink platforms)
-    if cluster.intra_node.kind == "pcie":
+def _protocols(cluster: Cluster, algorithm: str) -> list[str]:
+    if algorithm in ("nvls", "nvls_tree", "hierarchical"):
+        return ["Simple"]
+    if cluster.intra_node.kind == "pcie":  # NCCL enables LL128 on NVLink platforms only
         return ["LL", "Simple"]
     return list(PROTOCOLS)
 
@@ -396,62 +222,48 @@ def _protocols(cluster: Cluster) -> list[str]:
 class _Plan:
     algorithm: str
     protocol: str
-    pattern: _Pattern
+    pattern: Pattern
+    cap: np.ndarray  # effective link capacities this algorithm sees
     latency_s: float
-    fixed_time: float  # seconds per byte of S on the busiest fixed link (NIC/NVLink/sprayed)
-    fixed_link: int
-    bw_factor: float  # protocol and algorithm bandwidth multiplier
+    fixed_time: float  # seconds per byte of S on the busiest NIC / NVLink / sprayed link
+    fixed_link: int  # that link (-1: the NVSwitch itself)
 
 
-def _nvls_fixed_time(fab: _Fabric, op: str, nodes: int, g: int) -> float:
-    """NVLink SHARP: intra-node all-reduce at the calibrated NVLS busbw, inter-node rail rings on S/g."""
-    tu = fab.cluster.tuning
-    n = nodes * g
-    t_intra = bus_factor("all_reduce", n) / (tu.nvls_busbw_gbytes * 1e9)
-    if nodes == 1:
-        return t_intra
-    per_nic = 2.0 * (nodes - 1) / nodes / fab.cluster.nics.count
-    return max(t_intra, per_nic / float(fab.cap[0]))
+def _empty_pattern(n_links: int) -> Pattern:
+    e = np.zeros(0, dtype=np.int64)
+    return Pattern(np.zeros(n_links), e, e, np.zeros(0), np.zeros(n_links, dtype=np.int64))
 
 
 def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: str, spray: bool) -> _Plan:
-    cluster = fab.cluster
-    if algorithm in ("nvls", "hierarchical") and op == "all_reduce":
-        if algorithm == "nvls":
-            t = _nvls_fixed_time(fab, op, nodes, g)
-            pat = _ring_pattern(cluster, fab.topo, op, nodes, g, True)
-            link = int(np.argmax(pat.fixed / fab.cap))
-        else:
-            # reduce-scatter in node, all-reduce of S/g across nodes per rail, all-gather in node
-            t_rs = (
-                (g - 1) / g / (cluster.intra_node.bandwidth_gbytes * 1e9 * cluster.tuning.nvlink_efficiency)
-            )
-            per_nic = 2.0 * (nodes - 1) / nodes / cluster.nics.count if nodes > 1 else 0.0
-            t = 2 * t_rs + per_nic / float(fab.cap[0])
-            pat = _ring_pattern(cluster, fab.topo, op, nodes, g, True)
-            link = int(np.argmax(pat.fixed / fab.cap))
+    cl, topo = fab.cluster, fab.topo
+    tu = cl.tuning
+    lat = _latency_s(cl, op, algorithm, protocol, nodes, g)
+    nvls_t = 2.0 * (g - 1) / g / (tu.nvls_busbw_gbytes * 1e9) if g > 1 else 0.0  # NVSwitch all-reduce of S
+    if algorithm == "nvls":
         return _Plan(
-            algorithm,
-            protocol,
-            pat,
-            _latency_s(cluster, op, algorithm, protocol, nodes, g),
-            t,
-            link,
-            _PROTO_BW[protocol],
+            algorithm, protocol, _empty_pattern(topo.n_links), fab.cap(tu.net_efficiency), lat, nvls_t, -1
         )
-    pat = _pattern(cluster, fab, op, algorithm, nodes, g, spray)
-    ratio = pat.fixed / fab.cap
+    if algorithm == "hierarchical":
+        cap = fab.cap(tu.net_efficiency)
+        nvl = float(cap[fab.n_net]) if g > 1 else math.inf
+        per_nic = 2.0 * (nodes - 1) / nodes / cl.nics.count  # all-reduce of S/g per rail, rails in parallel
+        t = 2 * (g - 1) / g / nvl + per_nic / float(cap[0])
+        return _Plan(algorithm, protocol, _empty_pattern(topo.n_links), cap, lat, t, 0)
+    if algorithm in ("tree", "nvls_tree"):
+        cap = fab.cap(tu.tree_efficiency)
+        pat = tree_pattern(cl, topo, nodes, g, spray, chain=algorithm == "tree")
+    elif algorithm == "p2p":
+        cap = fab.cap(tu.net_efficiency)
+        pat = alltoall_pattern(cl, topo, nodes, g)
+    else:
+        cap = fab.cap(tu.net_efficiency)
+        pat = ring_pattern(cl, topo, op, nodes, g, spray)
+    ratio = pat.fixed / cap
     link = int(np.argmax(ratio))
-    bw = _PROTO_BW[protocol] * (cluster.tuning.tree_efficiency if algorithm == "tree" else 1.0)
-    return _Plan(
-        algorithm,
-        protocol,
-        pat,
-        _latency_s(cluster, op, algorithm, protocol, nodes, g),
-        float(ratio[link]),
-        link,
-        bw,
-    )
+    t = float(ratio[link])
+    if algorithm == "nvls_tree" and nvls_t > t:
+        t, link = nvls_t, -1
+    return _Plan(algorithm, protocol, pat, cap, lat, t, link)
 
 
 def _validate(cluster: Cluster, op: str, nbytes: float, nodes: int, gpus_per_node: int | None) -> int:
@@ -473,33 +285,28 @@ def _choose(
     fab: _Fabric, op: str, nbytes: float, nodes: int, g: int, algorithm: str | None, protocol: str | None
 ) -> _Plan:
     spray = fab.cluster.network.routing != "ecmp"
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise InputError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise InputError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
     algs = [algorithm] if algorithm else _candidates(fab.cluster, op, nodes, g)
-    protos = [protocol] if protocol else _protocols(fab.cluster)
+    if algorithm and algorithm not in ("ring", "p2p") and op != "all_reduce":
+        raise InputError(f"algorithm {algorithm!r} is modelled for all_reduce only; use ring for {op}")
+    if algorithm == "nvls" and nodes > 1:
+        raise InputError("algorithm 'nvls' is single-node; use nvls_tree across nodes")
+    best: tuple[float, str, str] | None = None
     for a in algs:
-        if a not in ALGORITHMS:
-            raise InputError(f"algorithm {a!r}: choose one of {', '.join(ALGORITHMS)}")
-        if a != "ring" and op != "all_reduce":
-            raise InputError(f"algorithm {a!r} is only modelled for all_reduce; use ring for {op}")
-    for p in protos:
-        if p not in PROTOCOLS:
-            raise InputError(f"protocol {p!r}: choose one of {', '.join(PROTOCOLS)}")
-    best: _Plan | None = None
-    best_t = math.inf
-    for a in algs:
-        # selection sees the expected fabric (even spread), like NCCL's model, never a particular hash
-        nominal = _plan(fab, op, nodes, g, a, "Simple", True)
-        for p in protos:
-            t = nominal.latency_s if p == "Simple" else _latency_s(fab.cluster, op, a, p, nodes, g)
-            t += nbytes * nominal.fixed_time / (_PROTO_BW[p] * (nominal.bw_factor / _PROTO_BW["Simple"]))
-            if t < best_t:
-                best_t, best = t, _plan(fab, op, nodes, g, a, p, spray)
+        nominal = _plan(fab, op, nodes, g, a, "Simple", True)  # NCCL's choice never sees a hash draw
+        for p in [protocol] if protocol else _protocols(fab.cluster, a):
+            t = _latency_s(fab.cluster, op, a, p, nodes, g) + nbytes * nominal.fixed_time / _PROTO_BW[p]
+            if best is None or t < best[0]:
+                best = (t, a, p)
     assert best is not None
-    return best
+    return _plan(fab, op, nodes, g, best[1], best[2], spray)
 
 
-def _times(plan: _Plan, nbytes: float, per_byte_draws: np.ndarray) -> np.ndarray:
-    per_byte = np.maximum(plan.fixed_time, per_byte_draws)
-    return plan.latency_s + nbytes * per_byte / plan.bw_factor
+def _times(plan: _Plan, nbytes: float, uplink_per_byte: np.ndarray) -> np.ndarray:
+    return plan.latency_s + nbytes * np.maximum(plan.fixed_time, uplink_per_byte) / _PROTO_BW[plan.protocol]
 
 
 def collective_time(
@@ -514,7 +321,7 @@ def collective_time(
     rng: np.random.Generator | None = None,
     link_scale: LinkScale = None,
 ) -> CollectiveResult:
-    """Predicted time of one ``op`` of ``nbytes`` (nccl-tests size) on ``nodes`` nodes.
+    """Predicted time of one ``op`` of ``nbytes`` (the size nccl-tests prints) on ``nodes`` nodes.
 
     ``rng`` draws the ECMP hashing (default: the cluster's ``ecmp_seed``); ``link_scale`` scales link
     capacities: a float (all network links), an array (one per link of ``Topology.build``), or a mapping
@@ -525,12 +332,17 @@ def collective_time(
     fab = _fabric(cl, nodes, link_scale)
     plan = _choose(fab, op, nbytes, nodes, g, algorithm, protocol)
     gen = rng if rng is not None else np.random.default_rng(cl.network.ecmp_seed)
-    draw = _draw_uplink_time(fab, plan.pattern, 1, gen)
-    t = float(_times(plan, nbytes, draw)[0])
+    up = float(_draw_uplink_time(fab, plan.pattern, plan.cap, 1, gen)[0])
+    t = float(_times(plan, nbytes, np.array([up]))[0])
     ranks = nodes * g
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    # name the bottleneck: the fixed link, or the most loaded uplink of this draw
-    name, nflows, share = _bottleneck(plan, fab, float(draw[0]))
+    if up > plan.fixed_time:
+        name, nflows = "leaf-spine uplink (ECMP collision)", 0
+    elif plan.fixed_link < 0:
+        name, nflows = "NVSwitch (NVLS)", 0
+    else:
+        name = fab.topo.link_name(plan.fixed_link)
+        nflows = int(plan.pattern.fixed_flows[plan.fixed_link])
     return CollectiveResult(
         op=op,
         nbytes=int(nbytes),
@@ -544,17 +356,9 @@ def collective_time(
         latency_s=plan.latency_s,
         bottleneck=name,
         bottleneck_flows=nflows,
-        bottleneck_share=share,
-        details={"fixed_s_per_byte": plan.fixed_time, "uplink_s_per_byte": float(draw[0])},
+        bottleneck_share=1.0 / nflows if nflows else 1.0,
+        details={"fixed_s_per_byte": plan.fixed_time, "uplink_s_per_byte": up},
     )
-
-
-def _bottleneck(plan: _Plan, fab: _Fabric, uplink_t: float) -> tuple[str, int, float]:
-    if uplink_t > plan.fixed_time:
-        return "leaf-spine uplink (ECMP)", 0, 0.0
-    link = plan.fixed_link
-    flows = int(plan.pattern.fixed_flows[link]) if link < plan.pattern.fixed_flows.size else 0
-    return fab.topo.link_name(link), flows, (1.0 / flows if flows else 1.0)
 
 
 def sample_collective_times(
@@ -568,9 +372,10 @@ def sample_collective_times(
     link_scale: LinkScale = None,
     gpus_per_node: int | None = None,
 ) -> np.ndarray:
-    """``n`` independent ECMP draws of the time (s) of one collective, vectorized: the algorithm and
-    protocol are chosen once (NCCL's choice does not depend on hashing), then each draw's busiest uplink
-    is a bincount of its hashed connections (closed form of the max-min bottleneck, see module doc)."""
+    """``n`` independent ECMP draws of the time (s) of one collective, vectorized: algorithm and protocol
+    are chosen once (NCCL's choice does not depend on hashing), then each draw's busiest uplink is a
+    bincount of its hashed connections (the closed form of the max-min bottleneck; see module doc).
+    Cost: O(n x cross-leaf connections), no max-min solve per draw."""
     cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
     g = _validate(cl, op, nbytes, nodes, gpus_per_node)
     if n < 0:
@@ -578,16 +383,45 @@ def sample_collective_times(
     fab = _fabric(cl, nodes, link_scale)
     plan = _choose(fab, op, nbytes, nodes, g, None, None)
     out = np.empty(n)
-    chunk = max(1, 2_000_000 // max(1, plan.pattern.x_bytes.size * cl.network.qps_per_connection))
+    per_draw = max(1, plan.pattern.x_bytes.size * cl.network.qps_per_connection)
+    chunk = max(1, 4_000_000 // per_draw)
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
-        out[lo:hi] = _times(plan, nbytes, _draw_uplink_time(fab, plan.pattern, hi - lo, rng))
+        out[lo:hi] = _times(plan, nbytes, _draw_uplink_time(fab, plan.pattern, plan.cap, hi - lo, rng))
     return out
 
 
-def check_cluster(cluster: Cluster | str) -> Cluster:
-    """Load and sanity-check a cluster for collective prediction."""
-    cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
-    if cl.network.topology != "single_switch" and cl.network.spines < 1:
-        raise ConfigError(f"cluster {cl.name!r}: network.spines must be >= 1")
-    return cl
+def model_terms(cluster: Cluster, op: str, nodes: int, g: int, algorithm: str) -> tuple[float, float, float]:
+    """Bandwidth terms of one algorithm at unit efficiency, for fast fitting (calibrate.py):
+    (seconds per byte of S on the busiest network link, on the busiest NVLink port, in the NVSwitch).
+    ECMP is replaced by its even spread, as in the selection."""
+    fab = _fabric(cluster, nodes, None)
+    if algorithm == "nvls":
+        return 0.0, 0.0, 2.0 * (g - 1) / g / (cluster.tuning.nvls_busbw_gbytes * 1e9)
+    if algorithm == "hierarchical":
+        nvl = 2 * (g - 1) / g / float(fab.raw[fab.n_net]) if g > 1 else 0.0
+        return 2.0 * (nodes - 1) / nodes / cluster.nics.count / float(fab.raw[0]), nvl, 0.0
+    if algorithm in ("tree", "nvls_tree"):
+        pat = tree_pattern(cluster, fab.topo, nodes, g, True, chain=algorithm == "tree")
+    elif algorithm == "p2p":
+        pat = alltoall_pattern(cluster, fab.topo, nodes, g)
+    else:
+        pat = ring_pattern(cluster, fab.topo, op, nodes, g, True)
+    ratio = pat.fixed / fab.raw
+    nvls_t = 2.0 * (g - 1) / g / (cluster.tuning.nvls_busbw_gbytes * 1e9) if algorithm == "nvls_tree" else 0.0
+    return float(ratio[: fab.n_net].max(initial=0.0)), float(ratio[fab.n_net :].max(initial=0.0)), nvls_t
+
+
+def candidate_plans(cluster: Cluster, op: str, nodes: int, g: int) -> list[tuple[str, str]]:
+    """(algorithm, protocol) pairs the selection considers."""
+    return [(a, p) for a in _candidates(cluster, op, nodes, g) for p in _protocols(cluster, a)]
+
+
+def latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
+    """Latency term of the model (seconds), public for calibration."""
+    return _latency_s(cluster, op, algorithm, protocol, nodes, g)
+
+
+def protocol_bandwidth(protocol: str) -> float:
+    """Share of the bandwidth a protocol delivers (NCCL's ratios)."""
+    return _PROTO_BW[protocol]

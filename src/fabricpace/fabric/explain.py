@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from fabricpace.fabric.cluster import Cluster
-from fabricpace.fabric.collectives import ring_edges, tree_edges
 from fabricpace.fabric.maxmin import max_min_rates
+from fabricpace.fabric.patterns import ring_edges, tree_edges
 from fabricpace.fabric.topology import Topology
 
 
@@ -24,7 +24,7 @@ def routed_connections(
     """Route the algorithm's inter-node connections (one flow per queue pair) with one ECMP draw.
     Returns the topology, the routes and each flow's bytes per byte of S."""
     topo = Topology.build(cluster, nodes)
-    if algorithm == "tree":
+    if algorithm in ("tree", "nvls_tree"):
         src, dst, nic, nbytes = tree_edges(cluster, nodes, g)
     else:
         src, dst, nic, nbytes = ring_edges(cluster, op, nodes, g)
@@ -57,12 +57,17 @@ def explain_collective(
 ) -> dict[str, Any]:
     """Bottleneck links of one collective point with the flows sharing them (``text`` for humans)."""
     g = cluster.gpus_per_node if gpus_per_node is None else gpus_per_node
-    if nodes < 2 or op == "all_to_all" or algorithm not in ("ring", "tree"):
+    if nodes < 2 or algorithm not in ("ring", "tree", "nvls_tree"):
         why = "single node: NVLink only" if nodes < 2 else f"{op}/{algorithm}: load-bound estimate, no flows"
         return {"links": [], "text": f"{op} {nbytes} B on {nodes} nodes: {why}"}
     rng = np.random.default_rng(seed)
     topo, routes, per_flow = routed_connections(cluster, op, nodes, g, algorithm, rng)
-    cap = topo.capacity * cluster.tuning.net_efficiency
+    eff = (
+        cluster.tuning.tree_efficiency
+        if algorithm in ("tree", "nvls_tree")
+        else cluster.tuning.net_efficiency
+    )
+    cap = topo.capacity * eff
     rate = max_min_rates(routes, cap)
     # the lockstep collective runs at the pace of its slowest connection
     slow = float((per_flow / rate).max()) * nbytes

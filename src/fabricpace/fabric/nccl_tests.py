@@ -20,7 +20,6 @@ import numpy as np
 
 from fabricpace._errors import ParseError
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
 # how nccl-tests names its binaries -> our op names (all_to_all is our name for alltoall)
 _OP_ALIASES = {
     "all_reduce": "all_reduce",
@@ -186,8 +185,12 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             f"{p}: no nccl-tests result table found (expected '#  size  count  type  redop ...' and rows); "
             "give the stdout of all_reduce_perf / all_gather_perf"
         )
-    if found_op is None:
-        found_op = _op_from(p.name.replace("-", "_"))
+    if found_op is None:  # the file name, e.g. n4_all_gather.log or allreduce-16n.txt
+        name = p.name.lower().replace("-", "_")
+        for key in sorted(_OP_ALIASES, key=len, reverse=True):
+            if key in name:
+                found_op = _OP_ALIASES[key]
+                break
     hosts = tuple(sorted(set(ranks.values())))
     n_nodes = nodes if nodes is not None else (len(hosts) or None)
     nranks = (max(ranks) + 1) if ranks else None

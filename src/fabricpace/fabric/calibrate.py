@@ -1,0 +1,249 @@
+"""Calibration: fit the collective model's free parameters to nccl-tests logs taken at a few node counts.
+
+What is fitted (``Tuning``): ``net_efficiency`` (share of NIC line rate a ring reaches),
+``tree_efficiency`` (the same for tree / NVLS-tree) and ``base_us`` (fixed cost per call). Everything else
+comes from the cluster file: link rates, topology, per-hop latencies (``latency_scale`` stays 1, because
+logs at two node counts cannot tell a per-hop latency from the fixed cost). The algorithm and protocol
+of every point are *not* given to the fit: the model's own NCCL-like selection picks them, as it will
+when predicting.
+
+Objective: least squares on log(predicted / measured time) over the out-of-place times of every row
+between ``min_bytes`` and ``max_bytes`` (default 32 MiB..8 GiB, where the Simple protocol carries the
+data), minimised with Nelder-Mead on transformed parameters (logit for efficiencies, log for time).
+
+``alpha_beta_fit`` fits the plain ring baseline T = 2(n-1)·alpha + 2(n-1)/n·S/B the same way (same rows,
+same objective), for the side-by-side accuracy table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fabricpace._errors import InputError, ParseError
+from fabricpace.fabric.cluster import Cluster
+from fabricpace.fabric.collectives import (
+    bus_factor,
+    candidate_plans,
+    latency_s,
+    model_terms,
+    protocol_bandwidth,
+)
+from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
+
+FITTED = ("net_efficiency", "tree_efficiency", "base_us")
+
+
+@dataclass(frozen=True)
+class Points:
+    """Measured points: op, nodes, GPUs per node, size (bytes) and time (s), one entry per row."""
+
+    op: np.ndarray
+    nodes: np.ndarray
+    gpn: np.ndarray
+    nbytes: np.ndarray
+    time_s: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.nbytes.shape[0])
+
+
+def points_from_logs(
+    logs: Sequence[NcclTestsLog], *, min_bytes: int = 32 << 20, max_bytes: int = 8 << 30
+) -> Points:
+    """Rows of the logs inside [min_bytes, max_bytes] (out-of-place times)."""
+    op, nodes, gpn, nb, ts = [], [], [], [], []
+    for log in logs:
+        if log.op is None:
+            raise ParseError(
+                f"{log.path}: cannot tell the collective; name the file after it (e.g. n4_all_reduce.log) "
+                "or keep the '*_perf' command line in the log"
+            )
+        if log.nodes is None or log.nranks is None or log.gpus_per_node is None:
+            raise ParseError(f"{log.path}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
+        for r in log.rows:
+            if min_bytes <= r.size <= max_bytes and r.time_us > 0:
+                op.append(log.op)
+                nodes.append(log.nodes)
+                gpn.append(log.gpus_per_node)
+                nb.append(r.size)
+                ts.append(r.time_us * 1e-6)
+    if not nb:
+        raise InputError(f"no rows between {min_bytes} and {max_bytes} bytes in the calibration logs")
+    return Points(np.array(op), np.array(nodes), np.array(gpn), np.array(nb, dtype=float), np.array(ts))
+
+
+class FastModel:
+    """The collective model of collectives.py evaluated for many points and many tunings at once.
+
+    Per (op, nodes, gpn, algorithm, protocol) it precomputes the bandwidth terms at unit efficiency and
+    the latency without the fixed cost; the time for a tuning is then a few vector operations. Tests
+    check it equals ``collective_time`` exactly."""
+
+    def __init__(self, cluster: Cluster, points: Points) -> None:
+        self.points = points
+        keys = sorted(
+            {(str(o), int(n), int(g)) for o, n, g in zip(points.op, points.nodes, points.gpn, strict=True)}
+        )
+        zero = cluster.with_tuning(base_us=0.0)
+        self.plans: list[tuple[np.ndarray, str, str, float, float, float, float, float]] = []
+        for op, n, g in keys:
+            rows = (points.op == op) & (points.nodes == n) & (points.gpn == g)
+            for alg, proto in candidate_plans(cluster, op, n, g):
+                net, nvl, nvls = model_terms(cluster, op, n, g, alg)
+                lat0 = latency_s(zero, op, alg, proto, n, g)
+                base_share = latency_s(cluster.with_tuning(base_us=1.0), op, alg, proto, n, g) - lat0
+                self.plans.append((rows, alg, proto, net, nvl, nvls, lat0, base_share))
+        self.nvlink_efficiency = cluster.tuning.nvlink_efficiency
+
+    def times(self, net_eff: float, tree_eff: float, base_us: float) -> np.ndarray:
+        best = np.full(len(self.points), np.inf)
+        s = self.points.nbytes
+        for rows, alg, proto, net, nvl, nvls, lat0, base_share in self.plans:
+            eff = tree_eff if alg in ("tree", "nvls_tree") else net_eff
+            per_byte = max(net / eff, nvl / self.nvlink_efficiency, nvls)
+            t = lat0 + base_us * base_share + s[rows] * per_byte / protocol_bandwidth(proto)
+            best[rows] = np.minimum(best[rows], t)
+        return best
+
+
+def nelder_mead(
+    f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float = 0.5, iters: int = 400
+) -> np.ndarray:
+    """Minimise ``f`` from ``x0`` (standard Nelder-Mead: reflect, expand, contract, shrink)."""
+    n = x0.shape[0]
+    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    values = np.array([f(x) for x in simplex])
+    for _ in range(iters):
+        order = np.argsort(values)
+        simplex, values = simplex[order], values[order]
+        if values[-1] - values[0] < 1e-12:
+            break
+        centroid = simplex[:-1].mean(axis=0)
+        xr = centroid + (centroid - simplex[-1])
+        fr = f(xr)
+        if fr < values[0]:
+            xe = centroid + 2.0 * (centroid - simplex[-1])
+            fe = f(xe)
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(xc)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                simplex[1:] = simplex[0] + 0.5 * (simplex[1:] - simplex[0])
+                values[1:] = [f(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def _sigmoid(x: np.ndarray | float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A calibration result: the calibrated cluster, the fitted values and the in-sample errors."""
+
+    cluster: Cluster
+    params: dict[str, float]
+    n_points: int
+    median_error_pct: float
+    max_error_pct: float
+    logs: tuple[str, ...]
+
+    def summary(self) -> str:
+        vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items())
+        return (
+            f"calibrated on {self.n_points} points from {len(self.logs)} logs: {vals}; "
+            f"in-sample error median {self.median_error_pct:.1f}%, worst {self.max_error_pct:.1f}%"
+        )
+
+
+def fit_tuning(cluster: Cluster, points: Points) -> tuple[dict[str, float], np.ndarray]:
+    """Fitted (net_efficiency, tree_efficiency, base_us) and the model's times on ``points``."""
+    model = FastModel(cluster, points)
+    y = np.log(points.time_s)
+
+    def unpack(x: np.ndarray) -> tuple[float, float, float]:
+        return float(_sigmoid(x[0])), float(_sigmoid(x[1])), float(np.exp(x[2]))
+
+    def loss(x: np.ndarray) -> float:
+        return float(np.sum((np.log(model.times(*unpack(x))) - y) ** 2))
+
+    tu = cluster.tuning
+    x0 = np.array(
+        [
+            np.log(tu.net_efficiency / (1 - min(tu.net_efficiency, 0.99))),
+            np.log(tu.tree_efficiency / (1 - min(tu.tree_efficiency, 0.99))),
+            np.log(max(tu.base_us, 1.0)),
+        ]
+    )
+    best = x0
+    best_loss = loss(x0)
+    for start in (x0, x0 + np.array([0.0, 0.0, 2.0])):  # a second start guards against a flat region
+        x = nelder_mead(loss, start)
+        if loss(x) < best_loss:
+            best, best_loss = x, loss(x)
+    net, tree, base = unpack(best)
+    return {"net_efficiency": net, "tree_efficiency": tree, "base_us": base}, model.times(net, tree, base)
+
+
+def calibrate_cluster(
+    cluster: Cluster,
+    logs: Sequence[str | Path | NcclTestsLog],
+    *,
+    min_bytes: int = 32 << 20,
+    max_bytes: int = 8 << 30,
+) -> Fit:
+    """Fit ``cluster``'s tuning to nccl-tests logs; returns the calibrated cluster (source names the logs)."""
+    parsed = [lg if isinstance(lg, NcclTestsLog) else parse_log(lg) for lg in logs]
+    if not parsed:
+        raise InputError("--calibrate: give at least one nccl-tests log")
+    for lg in parsed:
+        if lg.gpus_per_node is not None and lg.gpus_per_node > cluster.gpus_per_node:
+            raise InputError(
+                f"{lg.path}: {lg.gpus_per_node} GPUs per node, but cluster {cluster.name!r} has "
+                f"{cluster.gpus_per_node}; use a matching cluster file"
+            )
+        if lg.nodes is not None and lg.nodes > cluster.nodes:
+            raise InputError(
+                f"{lg.path}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
+            )
+    points = points_from_logs(parsed, min_bytes=min_bytes, max_bytes=max_bytes)
+    params, pred = fit_tuning(cluster, points)
+    err = np.abs(pred / points.time_s - 1.0) * 100
+    names = tuple(Path(lg.path).name for lg in parsed)
+    calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names))
+    return Fit(calibrated, params, len(points), float(np.median(err)), float(err.max()), names)
+
+
+# ---- the plain alpha-beta ring baseline ----------------------------------------------------------------
+def alpha_beta_fit(points: Points) -> tuple[float, float]:
+    """(alpha seconds per step, B bytes/s) of T = 2(n-1)·alpha + 2(n-1)/n·S/B (n = ranks; for all-gather
+    (n-1) steps and (n-1)/n), least squares on relative error, same rows as the model's fit."""
+    x = _alpha_beta_design(points)
+    w = 1.0 / points.time_s
+    coef, *_ = np.linalg.lstsq(x * w[:, None], points.time_s * w, rcond=None)
+    alpha, inv_b = float(coef[0]), float(coef[1])
+    if inv_b <= 0:
+        raise InputError("alpha-beta fit failed: no bandwidth term in the calibration rows")
+    return alpha, 1.0 / inv_b
+
+
+def alpha_beta_predict(points: Points, alpha: float, bandwidth: float) -> np.ndarray:
+    """Times (s) of the alpha-beta ring for ``points``."""
+    return _alpha_beta_design(points) @ np.array([alpha, 1.0 / bandwidth])
+
+
+def _alpha_beta_design(points: Points) -> np.ndarray:
+    n = (points.nodes * points.gpn).astype(float)
+    ar = points.op == "all_reduce"
+    steps = np.where(ar, 2 * (n - 1), n - 1)
+    factor = np.array([bus_factor(str(o), int(k)) for o, k in zip(points.op, n, strict=True)])
+    return np.stack([steps, factor * points.nbytes], axis=1)
