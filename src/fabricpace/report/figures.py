@@ -131,8 +131,9 @@ def scaling(rows: pl.DataFrame) -> go.Figure:
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="ranks (N)", row=1, col=1)
     fig.update_xaxes(title_text="ranks (N)", row=1, col=2)
-    fig.update_yaxes(title_text="ms", row=1, col=1, secondary_y=False)
-    fig.update_yaxes(title_text="efficiency vs smallest run", tickformat=".0%", row=1, col=1,
+    fig.update_yaxes(title_text="median step, ms", rangemode="tozero", row=1, col=1, secondary_y=False)
+    top = max(1.05, float(np.nanmax(rows["efficiency"].to_numpy())) * 1.05)
+    fig.update_yaxes(title_text="efficiency vs smallest run", tickformat=".0%", range=[0, top], row=1, col=1,
                      secondary_y=True)
     fig.update_yaxes(title_text="mean per rank-step, ms", row=1, col=2)
     return _layout(fig, "Scaling across runs", height=460)
@@ -176,5 +177,6 @@ def timeline(run: RunData, steps: tuple[int, int], *, max_ranks: int = 48) -> go
     fig.update_xaxes(title_text=f"ms since step {lo} started")
     fig.update_yaxes(autorange="reversed", type="category",
                      categoryorder="array", categoryarray=[f"rank {r}" for r in ranks])
-    title = f"Timeline of steps {lo}–{hi}" if hi > lo else f"Timeline of step {lo}"
+    span = f"steps {lo}–{hi}" if hi > lo else f"step {lo}"
+    title = f"Arrivals at the collectives of {span}: waiting for the last rank, then transfer"
     return _layout(fig, title, height=int(min(1000, max(300, 22 * len(ranks) + 160))))

@@ -54,6 +54,17 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _value(v: Any) -> str:
+    """Evidence values: numbers rounded, nested mappings and lists written compactly."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
 def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
     """The run table as HTML (deterministic: the golden test compares it byte for byte)."""
     head = ("run", "source", "ranks", "nodes", "steps", "median step (ms)", "p95 step (ms)", "CV",
@@ -87,16 +98,24 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
         out.append(f'<div class="note">No diagnosis in this report: {_esc(note or "not requested")}.</div>')
         return "\n".join(out)
     found = diag.get("findings") or []
-    if not found:
+    if not found and diag.get("healthy"):
         out.append('<div class="healthy"><b>Healthy</b>: no failure mode above its documented threshold.'
                    "</div>")
+    elif not found:
+        out.append('<div class="note"><b>Undecided</b>: no failure mode was confirmed, and the data does not '
+                   "allow calling the run healthy either (reasons below).</div>")
     for f in sorted(found, key=lambda f: -(f.get("severity_pct") or 0.0)):
         sev = f.get("severity_pct")
         cls = "finding" if (sev or 0) >= 5 else "finding low"
-        evidence = ", ".join(f"{_esc(k)} = {_esc(_fmt(v, 3))}" for k, v in (f.get("evidence") or {}).items())
+        evidence = "; ".join(f"{_esc(k)} = {_esc(_value(v))}" for k, v in (f.get("evidence") or {}).items())
+        ci = f.get("severity_ci_pct")
+        ci_text = ""
+        if isinstance(ci, list | tuple) and len(ci) == 2:
+            ci_text = f" [CI {_fmt(ci[0], 1)}–{_fmt(ci[1], 1)}]"
+        where = f" in {Path(str(f['run'])).name}" if f.get("run") else ""
         out.append(
-            f'<div class="{cls}"><h3>{_esc(f.get("mode", "?"))} — {_fmt(sev, 1)}% of step time lost'
-            f' (confidence {_esc(_fmt(f.get("confidence")))})</h3>'
+            f'<div class="{cls}"><h3>{_esc(f.get("mode", "?"))}{_esc(where)} — {_fmt(sev, 1)}%{ci_text} of '
+            f'step time lost (confidence {_esc(_fmt(f.get("confidence")))})</h3>'
             f"<div><b>Culprits:</b> {_esc(_culprits(f.get('culprits') or {}))}</div>"
             f"<div><b>Evidence:</b> {evidence or '–'}</div>"
             f"<div><b>What-if:</b> fixing it would save about {_fmt(f.get('what_if_saving_pct'), 1)}%"
@@ -159,6 +178,12 @@ def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | No
     out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run)), f"breakdown-{idx}"))
     window = steps or default_steps(run)
     if window is not None:
+        try:  # the paper's Figure 2, shared with the study figures
+            from fabricpace.report.timeline import timeline_figure
+        except ImportError:
+            timeline_figure = None
+        if timeline_figure is not None:
+            out.append(_fig_html(timeline_figure(run, window), f"phases-{idx}"))
         out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
     return out
 
