@@ -17,6 +17,8 @@ imported only when a distributed feature is used, so this package imports withou
 from __future__ import annotations
 
 import os
+import sys
+import types
 from typing import Any
 
 from fabricpace.observe.config import ObserverConfig
@@ -58,3 +60,15 @@ def observe(
         comm_hook=comm_hook,
         wrap_collectives=wrap_collectives,
     )
+
+
+class _CallableModule(types.ModuleType):
+    """``fabricpace.observe`` is both this package and the function: importing a submodule makes
+    Python set the package attribute ``fabricpace.observe`` to this module, so the module itself
+    forwards calls to ``observe()`` and ``fabricpace.observe(model, ...)`` works either way."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Observer:
+        return observe(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

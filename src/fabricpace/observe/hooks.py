@@ -27,13 +27,16 @@ def default_allreduce(process_group: Any) -> Callable[[Any, Any], Any]:
     """A hook equal to DDP's built-in reduction: scale by 1/world, all-reduce (sum), return the buffer."""
     import torch.distributed as dist
 
+    # Bound now, before an optional CollectiveWrapper patches the module: buckets are recorded once.
+    all_reduce = dist.all_reduce
+
     # DDP inspects the hook's signature: annotations must be absent or the real torch types, and
     # under `from __future__ import annotations` they would be strings, so the hooks stay unannotated.
     def hook(_state, bucket):  # type: ignore[no-untyped-def]
         group = process_group if process_group is not None else dist.group.WORLD
         buf = bucket.buffer()
         buf.mul_(1.0 / dist.get_world_size(group))
-        return dist.all_reduce(buf, group=group, async_op=True).get_future()
+        return all_reduce(buf, group=group, async_op=True).get_future()
 
     return hook
 

@@ -171,6 +171,7 @@ class Observer:
             # A private gloo group with its own timeout: window gathers can never hang training
             # (and on NCCL jobs they stay off the GPU).
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
+            self._all_gather = dist.all_gather  # the original, even if the collective wrapper is installed
         if not self.distributed:
             if self.rank == 0:
                 self.run_dir = _fresh_dir(self.run_dir)
@@ -378,11 +379,10 @@ class Observer:
 
     def _gather(self, vec: np.ndarray) -> np.ndarray:
         import torch
-        import torch.distributed as dist
 
         mine = torch.from_numpy(vec)
         out = [torch.empty_like(mine) for _ in range(self.world)]
-        dist.all_gather(out, mine, group=self._group)
+        self._all_gather(out, mine, group=self._group)
         return torch.stack(out).numpy()
 
     def _report(self, summaries: list[WindowSummary]) -> None:
