@@ -99,7 +99,8 @@ class FastModel:
                 self.plans.append((rows, alg, proto, net, nvl, nvls, lat0, base_share))
         self.nvlink_efficiency = cluster.tuning.nvlink_efficiency
 
-    def times(self, net_eff: float, tree_eff: float, base_us: float) -> np.ndarray:
+    def times(self, net_efficiency: float, tree_efficiency: float, base_us: float) -> np.ndarray:
+        net_eff, tree_eff = net_efficiency, tree_efficiency
         best = np.full(len(self.points), np.inf)
         s = self.points.nbytes
         for rows, alg, proto, net, nvl, nvls, lat0, base_share in self.plans:

@@ -1,0 +1,188 @@
+"""Collective model against closed forms, ECMP statistics, the closed form vs a full max-min solve,
+vectorized sampling and the input errors of the Python API."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fabricpace._errors import InputError
+from fabricpace.fabric import collective_time, load_cluster, sample_collective_times
+from fabricpace.fabric.explain import explain_collective
+from fabricpace.fabric.maxmin import max_min_rates
+from fabricpace.fabric.topology import Topology
+
+
+def test_ring_all_reduce_matches_the_alpha_beta_closed_form(cluster_factory):
+    cl = cluster_factory()
+    g, nic = 8, 100e9 / 8
+    for nodes in (2, 4, 16):
+        n = nodes * g
+        for size in (1 << 20, 256 << 20, 4 << 30):
+            r = collective_time(cl, "all_reduce", size, nodes=nodes, algorithm="ring", protocol="Simple")
+            inter = 2 * (nodes - 1)
+            lat_us = 8.4 + inter * (2.0 + 0.5) + (2 * (n - 1) - inter) * 0.5
+            expect = lat_us * 1e-6 + 2 * (n - 1) / n * size / (g * nic * 0.92)
+            assert r.time_s == pytest.approx(expect, rel=1e-12)
+            assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (n - 1) / n)
+
+
+def test_bandwidth_bound_ring_busbw_does_not_depend_on_rank_count(cluster_factory):
+    cl = cluster_factory(
+        intra_node={"latency_us": 0.0},
+        network={"hop_latency_us": 0.0, "nic_latency_us": 0.0},
+        tuning={"base_us": 0.0},
+    )
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        bus = [
+            collective_time(cl, op, 64 << 30, nodes=n, algorithm="ring", protocol="Simple").busbw_gbps
+            for n in (2, 4, 8, 16, 64)
+        ]
+        assert bus == pytest.approx([8 * 12.5 * 0.92] * 5, rel=1e-9), op
+    # one node: NVLink-bound ring at the NVLink efficiency
+    one = collective_time(cl, "all_reduce", 64 << 30, nodes=1, algorithm="ring", protocol="Simple")
+    assert one.busbw_gbps == pytest.approx(450 * 0.8, rel=1e-9)
+
+
+def test_ring_latency_grows_with_the_rank_count(cluster_factory):
+    cl = cluster_factory()
+    lat = [
+        collective_time(cl, "all_reduce", 8, nodes=n, algorithm="ring", protocol="Simple").latency_s
+        for n in (2, 8, 32)
+    ]
+    assert lat[0] < lat[1] < lat[2]
+
+
+def test_selection_follows_size_and_scale(cluster_factory):
+    plain = cluster_factory()  # no NVLS: ring/tree with LL, LL128, Simple
+    assert collective_time(plain, "all_reduce", 8 << 10, nodes=16).protocol in ("LL", "LL128")
+    assert collective_time(plain, "all_reduce", 8 << 30, nodes=16).protocol == "Simple"
+    cl = load_cluster("dgx-h100-ib")
+    small = collective_time(cl, "all_reduce", 8 << 10, nodes=16)
+    large = collective_time(cl, "all_reduce", 8 << 30, nodes=16)
+    assert small.latency_s < large.latency_s and large.protocol == "Simple"
+    assert collective_time(cl, "all_reduce", 8 << 30, nodes=1).algorithm == "nvls"
+    # two nodes: the tree crosses the network once per direction, a ring twice -> NVLS-tree wins
+    assert collective_time(cl, "all_reduce", 8 << 30, nodes=2).algorithm == "nvls_tree"
+    assert large.algorithm == "ring"
+    assert collective_time(cl, "all_gather", 1 << 30, nodes=16).algorithm == "ring"
+    assert collective_time(cl, "all_to_all", 1 << 30, nodes=16).algorithm == "p2p"
+
+
+def _no_collision_probability(m: int, k: int) -> float:
+    return math.factorial(k) / (math.factorial(k - m) * k**m)
+
+
+@pytest.mark.parametrize(("m", "k"), [(3, 4), (4, 8), (8, 8)])
+def test_ecmp_collision_free_probability_matches_the_formula(cluster_factory, m, k):
+    """m connections from leaf 0 to leaf 1 hashed on k spines; none shares an uplink iff all of them get
+    the full uplink rate in the max-min solve."""
+    cl = cluster_factory(
+        nodes=2 * m,
+        gpus_per_node=1,
+        nics={"count": 1},
+        network={"topology": "leaf_spine", "nodes_per_leaf": m, "spines": k},
+    )
+    topo = Topology.build(cl, 2 * m)
+    src, dst, nic = np.arange(m), np.arange(m, 2 * m), np.zeros(m, dtype=np.int64)
+    rng = np.random.default_rng(7)
+    draws = 3000
+    free = 0
+    full = min(topo.capacity[topo.nic_tx(0, 0)], topo.capacity[topo.uplink(0, 0)])  # a lone flow's rate
+    for _ in range(draws):
+        rt = topo.route(src, nic, dst, nic, rng.integers(0, k, size=m))
+        rate = max_min_rates(rt, topo.capacity)
+        free += bool(np.all(rate >= full * (1 - 1e-9)))
+    p = _no_collision_probability(m, k)
+    sigma = math.sqrt(p * (1 - p) / draws)
+    assert abs(free / draws - p) < 4 * sigma + 1e-3, (free / draws, p)
+
+
+def _ecmp_cluster(cluster_factory):
+    return cluster_factory(
+        network={
+            "topology": "leaf_spine",
+            "nodes_per_leaf": 4,
+            "spines": 4,
+            "oversubscription": 2.0,
+            "routing": "ecmp",
+        },
+    )
+
+
+def test_closed_form_draw_equals_a_full_max_min_solve(cluster_factory):
+    """The bincount closed form used per draw gives the same network time as routing every connection
+    and solving max-min (the collective runs at its slowest connection)."""
+    cl = _ecmp_cluster(cluster_factory)
+    size = 1 << 30
+    for seed in range(12):
+        r = collective_time(
+            cl,
+            "all_reduce",
+            size,
+            nodes=16,
+            algorithm="ring",
+            protocol="Simple",
+            rng=np.random.default_rng(seed),
+        )
+        ex = explain_collective(
+            cl, "all_reduce", size, nodes=16, gpus_per_node=None, algorithm="ring", seed=seed
+        )
+        assert (r.time_s - r.latency_s) * 1e6 == pytest.approx(ex["network_time_us"], rel=1e-9), seed
+
+
+def test_sample_collective_times_is_vectorized_and_seeded(cluster_factory):
+    cl = _ecmp_cluster(cluster_factory)
+    a = sample_collective_times(cl, "all_reduce", 1 << 30, nodes=16, n=500, rng=np.random.default_rng(1))
+    b = sample_collective_times(cl, "all_reduce", 1 << 30, nodes=16, n=500, rng=np.random.default_rng(1))
+    assert a.shape == (500,) and np.array_equal(a, b)
+    # collisions only slow things down: the best draw is the collision-free time, some draws are slower
+    best = a.min()
+    assert np.all(a >= best) and (a > best * 1.01).any() and (a == best).any()
+    # each draw equals collective_time with the same generator state
+    one = collective_time(cl, "all_reduce", 1 << 30, nodes=16, rng=np.random.default_rng(1)).time_s
+    assert a[0] == pytest.approx(one, rel=1e-12)
+    sprayed = cl.model_copy(update={"network": cl.network.model_copy(update={"routing": "spray"})})
+    s = sample_collective_times(sprayed, "all_reduce", 1 << 30, nodes=16, n=50, rng=np.random.default_rng(1))
+    assert np.ptp(s) == 0.0 and s[0] <= a.min() * (1 + 1e-12)
+
+
+def test_sample_collective_times_at_1024_nodes_runs_many_draws():
+    cl = load_cluster("roce-leaf-spine-2to1").model_copy(update={"nodes": 1024})
+    t = sample_collective_times(cl, "all_reduce", 25 << 20, nodes=1024, n=200, rng=np.random.default_rng(0))
+    assert t.shape == (200,) and np.all(np.isfinite(t)) and np.all(t > 0)
+
+
+def test_link_scale_slows_the_scaled_links(cluster_factory):
+    cl = cluster_factory()
+    base = collective_time(cl, "all_gather", 8 << 30, nodes=4, algorithm="ring", protocol="Simple")
+    half = collective_time(
+        cl, "all_gather", 8 << 30, nodes=4, algorithm="ring", protocol="Simple", link_scale=0.5
+    )
+    assert (half.time_s - half.latency_s) == pytest.approx(2 * (base.time_s - base.latency_s), rel=1e-9)
+    one_nic = collective_time(
+        cl,
+        "all_gather",
+        8 << 30,
+        nodes=4,
+        algorithm="ring",
+        protocol="Simple",
+        link_scale={"node2.nic3->switch": 0.25},
+    )
+    assert one_nic.time_s > base.time_s and one_nic.bottleneck == "node2.nic3->switch"
+    with pytest.raises(InputError, match="unknown link"):
+        collective_time(cl, "all_gather", 1 << 20, nodes=4, link_scale={"nope": 0.5})
+
+
+def test_bad_arguments_raise_input_errors(cluster_factory):
+    cl = cluster_factory()
+    with pytest.raises(InputError, match="op 'allreduce'"):
+        collective_time(cl, "allreduce", 1, nodes=2)
+    with pytest.raises(InputError, match="only 64 nodes"):
+        collective_time(cl, "all_reduce", 1, nodes=65)
+    with pytest.raises(InputError, match="algorithm 'tree' is modelled for all_reduce"):
+        collective_time(cl, "all_gather", 1, nodes=2, algorithm="tree")
+    with pytest.raises(InputError, match="n=-1"):
+        sample_collective_times(cl, "all_reduce", 1, nodes=2, n=-1, rng=np.random.default_rng(0))
