@@ -1,9 +1,194 @@
-"""fabricpace diagnose / report / import / export: findings, reports and importers."""
+"""fabricpace diagnose: name the failure mode, the culprit and the evidence for one or more run dirs.
+
+Prints a rich table (``--format text``) or the JSON of DESIGN.md (``--format json``, stdout only), and
+writes each run's part to RUN_DIR/diagnosis.json atomically (temp file + rename).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from fabricpace._errors import InputError
+
+
+def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(payload, indent=2))
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only run directory keeps its data; the result was still printed
+        tmp.unlink(missing_ok=True)
+        print(f"fabricpace: warning: could not write {path} ({exc})", file=sys.stderr)
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _evidence_line(f: dict[str, Any]) -> str:
+    ev = f["evidence"]
+    mode = f["mode"]
+    parts: list[str] = []
+    if mode == "persistent_straggler" or (mode == "input_stall" and ev.get("scope") == "ranks"):
+        parts.append(
+            f"last arriver {ev['last_arriver_share']:.0%} of steps (expected "
+            f"{ev['last_arriver_share_expected']:.0%})"
+        )
+        parts.append(f"late by {ev['median_lateness_ms']:.2f} ms/step")
+        parts.append(f"cause: {ev['cause']}")
+        loc = ev.get("shared_locality")
+        if loc:
+            parts.append(f"shared {loc['attribute']}: {', '.join(map(str, loc['values']))}")
+    elif mode == "sync_amplification":
+        parts.append(f"skew {ev['skew_share_of_step']:.1%} of step")
+        parts.append(
+            f"slowest rank changes: {ev['distinct_slowest_ranks']} ranks, "
+            f"top {ev['slowest_rank_top_share']:.0%}"
+        )
+        parts.append(f"step CV {ev['step_cv']:.3f}")
+        made = ev.get("variation_made_of") or {}
+        if made:
+            top = max(made, key=lambda k: made[k])
+            parts.append(f"mostly {top} ({made[top]:.0%})")
+    elif mode == "topology_contention":
+        parts.append(f"transfer ×{ev['transfer_inflation_median']:.2f} vs {ev['transfer_baseline']}")
+        parts.append(ev.get("concentrated", ""))
+        for p in (ev.get("periods") or [])[:2]:
+            parts.append(f"steps {p['first_step']}–{p['last_step']}")
+    elif mode == "input_stall":
+        parts.append(f"data wait {ev['data_share_of_step']:.1%} of step on {ev['ranks_stalled']} ranks")
+    elif mode == "stage_imbalance":
+        parts.append(f"slow stage +{ev['slow_stage_excess_over_median_stage']:.0%} work over median stage")
+    return "; ".join(p for p in parts if p)
+
+
+def _culprits(c: dict[str, Any]) -> str:
+    from fabricpace.diagnose.stats import fmt_ranks
+
+    out = []
+    if c["ranks"]:
+        out.append(f"ranks {fmt_ranks(c['ranks'], limit=4)}")
+    if c["nodes"]:
+        out.append(f"nodes {fmt_ranks(c['nodes'], limit=4)}")
+    if c["stages"]:
+        out.append(f"stages {fmt_ranks(c['stages'])}")
+    if c["links"]:
+        out.append(", ".join(c["links"][:3]))
+    return "\n".join(out) or "-"
+
+
+def _print_text(d: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    if not con.is_terminal:  # piped output: wide enough for the evidence column
+        con = Console(highlight=False, width=140)
+    for r in d["runs"]:
+        m = r["metrics"]
+        step = m.get("step_ms_mean")
+        con.print(
+            f"[bold]{r['path']}[/bold]  {r['world_size']} ranks / {r['nodes']} nodes, {r['steps_used']} steps"
+            + (f", step {step:.2f} ms (CV {m.get('step_cv', 0):.3f})" if step else "")
+            + f" — verdict: [bold]{r['verdict']}[/bold]"
+        )
+        for w in r.get("warnings", [])[:3]:
+            con.print(f"  [yellow]warning:[/yellow] {w}")
+    if d["findings"]:
+        t = Table(title="Findings", show_lines=True)
+        for col in ("Run", "Mode", "Severity", "Conf.", "Culprits", "What-if", "Evidence"):
+            t.add_column(col, overflow="fold")
+        for f in d["findings"]:
+            t.add_row(
+                Path(f["run"]).name,
+                f["mode"],
+                _pct(f["severity_pct"]),
+                f"{f['confidence']:.2f}",
+                _culprits(f["culprits"]),
+                _pct(f["what_if_saving_pct"]),
+                _evidence_line(f),
+            )
+        con.print(t)
+        for f in d["findings"]:
+            con.print(f"[bold]{f['mode']}[/bold] ({Path(f['run']).name}): {f['recommendation']}")
+    elif d["healthy"]:
+        con.print("[green]healthy[/green]: no failure mode above its documented threshold.")
+    for a in d["abstained"]:
+        con.print(f"[yellow]cannot tell[/yellow] {a['mode']} ({Path(a['run']).name}): {a['reason']}")
+    s = d.get("scaling")
+    if s:
+        t = Table(title="Scaling")
+        for col in (
+            "ranks",
+            "nodes",
+            "step ms",
+            "throughput",
+            "efficiency",
+            "compute",
+            "data",
+            "skew wait",
+            "exposed comm",
+        ):
+            t.add_column(col, justify="right")
+        for r in s["rows"]:
+            t.add_row(
+                str(r["world_size"]),
+                str(r["nodes"]),
+                f"{r['step_ms']:.2f}",
+                f"{r['throughput']:.1f} {r['throughput_unit']}",
+                f"{r['efficiency']:.1%}",
+                f"{r['compute_ms']:.2f}",
+                f"{r['data_ms']:.2f}",
+                f"{r['skew_ms']:.2f}",
+                f"{r['exposed_comm_ms']:.2f}",
+            )
+        con.print(t)
+        if s.get("dominant_loss"):
+            con.print(
+                f"Lost time as N grows goes mostly to: [bold]{s['dominant_loss']}[/bold] "
+                f"(efficiency at the largest size {s['efficiency_at_largest']:.1%})."
+            )
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+
+    @app.command("diagnose")
+    def diagnose_cmd(
+        run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", help="One or more run directories."),
+        fmt: str = typer.Option("text", "--format", "-f", help="text (rich table) or json."),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster file or preset: judge transfers against the fabric model."
+        ),
+    ) -> None:
+        """Name the failure mode, culprit and evidence; several sizes of one workload add scaling."""
+        if fmt == "table":
+            fmt = "text"
+        if fmt not in ("text", "json"):
+            raise InputError(f"--format {fmt!r}: choose text or json")
+        from rich.console import Console
+        from rich.progress import Progress
+
+        from fabricpace.diagnose import diagnose
+
+        err = Console(stderr=True)
+        with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+            task = progress.add_task("diagnosing", total=len(run_dirs))
+
+            def step(path: str) -> None:
+                progress.update(task, advance=1, description=f"diagnosing {Path(path).name}")
+
+            result = diagnose(run_dirs, cluster=cluster, progress=step)
+        whole = result.to_dict()
+        for r in result.runs:
+            _write_atomic(Path(r.path) / "diagnosis.json", result.for_run(r.path).to_dict())
+        if fmt == "json":
+            sys.stdout.write(json.dumps(whole, indent=2) + "\n")
+        else:
+            _print_text(whole)

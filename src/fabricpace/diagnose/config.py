@@ -25,6 +25,7 @@ class DiagnoseConfig:
     straggler_min_excess: float = 0.03  # median excess over the other ranks' median, share of step time
     straggler_consistency: float = 0.7  # share of steps in which the rank is slower than the others
     straggler_z: float = 5.0  # excess / standard error of its median
+    straggler_last_enrichment: float = 1.5  # ... and the slowest rank in ≥ this / N of the steps
     # ... or one rank that is the slowest far more often than 1/N, and costs a material amount.
     straggler_last_z: float = 4.5  # binomial z of the last-arriver count against 1/N
     straggler_min_saving: float = 0.03  # what-if saving of replacing that rank alone

@@ -6,7 +6,8 @@ collectives, the signal DESIGN.md prescribes). A rank is a culprit when either
 
 * it is slower than the median of the *other* ranks (of its pipeline stage) in most steps
   (``straggler_consistency``), by a material amount (median excess ≥ ``straggler_min_excess`` of step
-  time) that is far outside its own noise (z ≥ ``straggler_z``); or
+  time) that is far outside its own noise (z ≥ ``straggler_z``), and it is the slowest rank in at
+  least ``straggler_last_enrichment`` / N of the steps; or
 * it is the step's slowest rank far more often than 1/N (binomial z ≥ ``straggler_last_z``) and
   replacing it alone by its peers' median would save ≥ ``straggler_min_saving`` of step time
   (an intermittent straggler: a rank with frequent long pauses).
@@ -79,10 +80,14 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
     gain = np.where(resolvable & np.isfinite(second), top_val - np.maximum(second, 0.0), 0.0)
     solo = np.bincount(top, weights=gain, minlength=r) / max(float(np.nansum(m.step_time)), 1.0)
 
+    share = counts / max(n_last, 1)
+    # DESIGN.md: a straggler also *arrives last* far more often than 1/N — a rank that is a little
+    # slower on average but rarely the one everybody waits for costs little and is not named.
     persistent = (
         (med >= cfg.straggler_min_excess * mean_step)
         & (slower >= cfg.straggler_consistency)
         & (z >= cfg.straggler_z)
+        & (share >= cfg.straggler_last_enrichment / r)
     )
     dominant = (
         (lz >= cfg.straggler_last_z) & (counts >= 2.0 * n_last / r) & (solo >= cfg.straggler_min_saving)

@@ -47,6 +47,10 @@ def shared_locality(culprits: list[int], rank_info: pl.DataFrame, world: list[in
             carriers = keyed.filter(pl.col("key").is_in(values))
             if not values or carriers.height == 0:
                 continue
+            # Shared means fewer values than culprits (one value per culprit explains nothing),
+            # except for a single culprit, whose own slot is worth naming.
+            if len(cset) > 1 and len(values) >= len(cset):
+                continue
             precision = len(cset) / carriers.height
             # An attribute every rank shares (one leaf for all) explains nothing.
             if keyed["key"].n_unique() <= 1:

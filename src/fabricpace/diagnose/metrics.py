@@ -124,8 +124,16 @@ def _arrivals(
         pl.col("rank").sort_by("inside_ns").first().alias("last_rank_inside"),
     )
     if basis == "aligned clocks":
+        # A group's collectives run one after another (one stream / one gloo queue): an instance's
+        # network time starts when all ranks arrived *and* the previous instance of the group finished,
+        # so queueing behind earlier buckets is not counted as this bucket's transfer.
+        inst = inst.sort(["group", "seq"]).with_columns(
+            pl.col("min_exit").shift(1).over("group").alias("prev_exit")
+        )
         inst = inst.with_columns(
-            (pl.col("min_exit") - pl.col("last_enter")).clip(lower_bound=0).alias("transfer_ns"),
+            (pl.col("min_exit") - pl.max_horizontal("last_enter", pl.col("prev_exit").fill_null(0)))
+            .clip(lower_bound=0)
+            .alias("transfer_ns"),
             (pl.col("last_enter") - pl.col("median_enter")).alias("skew_ns"),
             (pl.col("last_enter") - pl.col("second_enter")).alias("margin_ns"),
             pl.col("last_rank_clock").alias("last_rank"),
@@ -137,7 +145,7 @@ def _arrivals(
             (pl.col("second_inside") - pl.col("min_inside")).alias("margin_ns"),
             pl.col("last_rank_inside").alias("last_rank"),
         )
-    inst = inst.drop("last_rank_clock", "last_rank_inside")
+    inst = inst.drop("last_rank_clock", "last_rank_inside", "prev_exit", strict=False)
     arr = c.filter(~pl.col("p2p")).join(
         inst.filter(pl.col("n") >= 2).select(
             [*keys, "last_enter", "median_enter", "min_inside", "median_inside"]

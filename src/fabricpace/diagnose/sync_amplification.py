@@ -29,8 +29,8 @@ def residual_skew(m: RunMetrics, sc: CulpritScan) -> np.ndarray:
 
 
 def _cause(m: RunMetrics, sc: CulpritScan) -> dict[str, float]:
-    """Per step component of the slowest (non-culprit) rank above the median rank, averaged, as a
-    share of the skew: which kind of time the variation is made of."""
+    """Which kind of time the variation is made of: per step, each component of the slowest
+    (non-culprit) rank above the median rank's, summed over steps, as shares of their total."""
     keep = np.flatnonzero(~sc.culprit)
     if keep.size == 0:
         return {}
@@ -47,8 +47,9 @@ def _cause(m: RunMetrics, sc: CulpritScan) -> dict[str, float]:
             if comp is None:
                 continue
             above = comp[top, cols] - np.nanmedian(comp[keep], axis=0)
-            out[name] = float(np.nansum(np.clip(above, 0, None)) / total)
-    return out
+            out[name] = float(np.nansum(np.clip(above, 0, None)))
+    norm = sum(out.values())
+    return {k: v / norm for k, v in out.items()} if norm > 0 else {}
 
 
 def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str, float]]:
