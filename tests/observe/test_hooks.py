@@ -1,0 +1,89 @@
+"""The DDP comm hook wrapper and the collective wrapper on a real one-rank gloo group."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = torch.distributed
+
+from fabricpace.observe import ObserverConfig, observe  # noqa: E402
+
+CFG = ObserverConfig(status_line=False, flush_mode="main")
+
+
+@pytest.fixture
+def gloo_world1():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _ddp():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    return torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.005)
+
+
+def test_user_hook_is_wrapped_and_still_decides_the_reduction(gloo_world1, tmp_path):
+    seen = []
+
+    def double_hook(state, bucket):
+        seen.append(bucket.index())
+        buf = bucket.buffer()
+        buf.mul_(2.0)  # a user hook that changes the result: the wrapper must keep that
+        return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    plain = _ddp()
+    model = _ddp()
+    x = torch.randn(8, 16)
+    plain(x).sum().backward()
+    with observe(model, tmp_path / "h", comm_hook=("state", double_hook), config=CFG) as obs:
+        for _ in range(3):
+            with obs.step(samples=8):
+                model.zero_grad()
+                model(x).sum().backward()
+    assert seen and obs.failures == {}
+    for p, q in zip(plain.parameters(), model.parameters(), strict=True):
+        assert torch.equal(q.grad, 2.0 * p.grad)
+    import fabricpace
+
+    run = fabricpace.load_run(obs.run_dir)
+    c = run.collectives
+    assert c.height == 3 * len(set(seen)) and set(c["group"]) == {"ddp:world"}
+    assert (c["t_exit_ns"] >= c["t_enter_ns"]).all() and (c["bytes"] > 0).all()
+
+
+def test_already_registered_hook_is_reported_not_fatal(gloo_world1, tmp_path, caplog):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model = _ddp()
+    model.register_comm_hook(None, default_hooks.allreduce_hook)
+    with observe(model, tmp_path / "x", config=CFG) as obs, obs.step(samples=1):
+        model(torch.randn(2, 16)).sum().backward()
+    assert "comm hook" in obs.failures
+    assert sum("comm hook disabled" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_collective_wrapper_records_and_restores(gloo_world1, tmp_path):
+    original = dist.all_reduce
+    with observe(None, tmp_path / "w", wrap_collectives=True, config=CFG) as obs:
+        assert dist.all_reduce is not original
+        for _ in range(2):
+            with obs.step():
+                t = torch.ones(8)
+                dist.all_reduce(t)
+                dist.all_reduce(t, async_op=True).wait()
+                dist.broadcast(t, 0)
+    assert dist.all_reduce is original
+    import fabricpace
+
+    c = fabricpace.load_run(obs.run_dir).collectives
+    assert sorted(set(c["op"])) == ["all_reduce", "broadcast"]
+    assert c.height == 6 and (c["bytes"] == 32).all()
+    assert c["seq"].to_list() == list(range(6))

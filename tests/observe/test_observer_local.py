@@ -1,0 +1,156 @@
+"""The Observer in one process: recording, pacing hook calls, degradation, crash-safe files, no torch."""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fabricpace
+from fabricpace import ConfigError
+from fabricpace.observe import Observer, ObserverConfig, observe
+
+CFG = ObserverConfig(status_line=False, flush_every=4)
+
+
+class Pacer:
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail_on = fail_on
+
+    def _hit(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.fail_on:
+            raise RuntimeError(f"{name} broke")
+
+    def on_step_start(self, step): self._hit("on_step_start")
+    def on_step_end(self, step): self._hit("on_step_end"); return 500  # noqa: E702
+    def before_bucket(self, i): self._hit("before_bucket")
+    def after_bucket(self, i): self._hit("after_bucket")
+    def on_window(self, step, summaries): self._hit("on_window"); self.last = summaries  # noqa: E702
+    def batch_share(self, global_batch): self._hit("batch_share"); return 7  # noqa: E702
+    def status(self): return "paced by test"
+    def close(self): self._hit("close")
+
+
+def _train(obs: Observer, steps: int) -> None:
+    for _ in range(steps):
+        with obs.step(samples=obs.batch_share(8)):
+            with obs.phase("data"):
+                time.sleep(0.001)
+            with obs.collective("all_reduce", 64):
+                time.sleep(0.0005)
+            if obs.step_index == 2:
+                junk = [[] for _ in range(100)]
+                for j in junk:
+                    j.append(j)
+                gc.collect()
+
+
+def test_single_process_run_is_recorded_and_complete(tmp_path):
+    assert callable(fabricpace.observe) and fabricpace.Observer is Observer
+    with fabricpace.observe(None, tmp_path / "r", window=5, config=CFG) as obs:
+        _train(obs, 12)
+    run = fabricpace.load_run(obs.run_dir)
+    assert run.manifest.complete and not run.warnings, run.warnings
+    assert run.manifest.source == "observer"
+    assert run.steps["step"].to_list() == list(range(12))
+    assert (run.steps["samples"] == 8).all()  # pacing off: equal split of 8 over 1 rank
+    assert (run.steps["data_ns"] >= 1_000_000).all()
+    assert (run.steps["t_end_ns"] > run.steps["t_start_ns"]).all()
+    assert run.steps.filter(run.steps["step"] == 2)["gc_ns"].item() > 0
+    assert (run.steps["wait_ns"] >= 500_000).all()  # blocking collective counts as wait
+    assert run.collectives.height == 12 and set(run.collectives["op"]) == {"all_reduce"}
+    assert set(run.ops["op"]) == {"data"}
+    assert run.ranks.height == 1 and run.ranks["host"][0]
+    assert (obs.run_dir / "windows.parquet").is_file()
+    assert len(obs.window_history) == 2 and obs.failures == {}
+
+
+def test_pacer_receives_hook_calls_and_sets_batch(tmp_path, capsys):
+    pacer = Pacer()
+    cfg = ObserverConfig(status_line=True, flush_every=4)
+    with observe(None, tmp_path / "p", pacing=pacer, window=3, config=cfg) as obs:
+        _train(obs, 6)
+    assert pacer.calls.count("on_step_start") == pacer.calls.count("on_step_end") == 6
+    assert pacer.calls.count("on_window") == 2 and pacer.calls[-1] == "close"
+    assert len(pacer.last) == 1 and pacer.last[0].steps == 3
+    run = fabricpace.load_run(obs.run_dir)
+    assert (run.steps["samples"] == 7).all() and (run.steps["paced_ns"] == 500).all()
+    err = capsys.readouterr().err
+    assert err.count("fabricpace | window") == 2 and "paced by test" in err
+
+
+@pytest.mark.parametrize("where", ["on_step_start", "on_window", "batch_share"])
+def test_failing_pacer_is_dropped_training_continues(tmp_path, where, caplog):
+    pacer = Pacer(fail_on=where)
+    with observe(None, tmp_path / "f", pacing=pacer, window=2, config=CFG) as obs:
+        _train(obs, 6)
+    assert "pacing" in obs.failures
+    assert pacer.calls.count(where) == 1  # never called again
+    assert obs.batch_share(9) == 9
+    assert sum("pacing disabled" in r.getMessage() for r in caplog.records) == 1
+    assert fabricpace.load_run(obs.run_dir).steps.height == 6
+
+
+def test_unknown_pacing_mode_does_not_stop_training(tmp_path):
+    with observe(None, tmp_path / "u", pacing="no-such-mode", config=CFG) as obs:
+        _train(obs, 3)
+    assert "pacing" in obs.failures and obs.batch_share(4) == 4
+
+
+def test_unwritable_run_dir_degrades_to_no_writes(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with observe(None, blocker / "run", window=2, config=CFG) as obs:
+        _train(obs, 9)
+    assert "writing" in obs.failures
+    assert len(obs.window_history) == 4  # summaries still computed (pacing keeps its input)
+    assert sum("writing disabled" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_existing_run_dir_is_never_overwritten(tmp_path):
+    target = tmp_path / "exp"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with observe(None, target, config=CFG) as obs:
+        _train(obs, 2)
+    assert obs.run_dir == tmp_path / "exp-1"
+    assert (target / "keep.txt").read_text() == "mine" and not (target / "manifest.json").exists()
+
+
+def test_bad_config_is_config_error():
+    with pytest.raises(ConfigError, match="window"):
+        ObserverConfig(window=0)
+    with pytest.raises(ConfigError, match="flush_mode"):
+        ObserverConfig(flush_mode="sometimes")
+
+
+def test_observer_works_without_torch(tmp_path):
+    code = f"""
+import sys, json
+sys.modules["torch"] = None  # make any torch import fail
+import fabricpace
+with fabricpace.observe(None, {str(tmp_path / 'nt')!r}) as obs:
+    for _ in range(3):
+        with obs.step(samples=1):
+            pass
+run = fabricpace.load_run(obs.run_dir)
+has_torch = "torch" in sys.modules and sys.modules["torch"] is not None
+print(json.dumps({{"steps": run.steps.height, "complete": run.manifest.complete,
+                  "failures": obs.failures, "torch": has_torch}}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"steps": 3, "complete": True, "failures": {}, "torch": False}
+
+
+def test_import_fabricpace_does_not_import_torch():
+    code = "import sys, fabricpace; fabricpace.observe; fabricpace.Observer; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr

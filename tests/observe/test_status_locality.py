@@ -1,0 +1,73 @@
+"""Status line, Prometheus endpoint and the locality probe."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+
+from fabricpace.observe import locality
+from fabricpace.observe.status import Metrics, status_line, window_stats
+from fabricpace.run.window import WindowSummary
+
+MS = 1e6
+
+
+def _summary(rank: int, last: float, step_ms: float) -> WindowSummary:
+    zero = dict.fromkeys(
+        ("first_step", "step_median_ns", "compute_per_sample_ns", "comm_mean_ns", "transfer_mean_ns",
+         "data_mean_ns", "gc_mean_ns", "gc_count", "paced_mean_ns", "rss_bytes"), 0.0)
+    return WindowSummary(rank=rank, window=3, steps=50, step_mean_ns=step_ms * MS,
+                         step_std_ns=step_ms * MS / 10, compute_median_ns=1.0,
+                         wait_mean_ns=step_ms * MS / 4, last_arrivals=last,
+                         collectives=100.0, samples_mean=8.0, **zero)  # type: ignore[arg-type]
+
+
+def test_window_stats_and_line():
+    s = [_summary(0, 5, 100), _summary(1, 90, 100), _summary(2, 5, 100)]
+    st = window_stats(s)
+    assert st["slowest_rank"] == 1 and st["throughput"] == pytest.approx(24 / 0.1)
+    assert st["wait_share"] == pytest.approx(0.25) and st["cv"] == pytest.approx(0.1)
+    line = status_line(st, "pacing off")
+    assert "slowest rank 1 (last 90%)" in line and "240.0 samples/s" in line and line.endswith("pacing off")
+
+
+def test_metrics_served_on_loopback_only():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    m = Metrics(port)
+    try:
+        s = [_summary(0, 1, 10), _summary(1, 9, 12)]
+        m.update(window_stats(s), s)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert 'fabricpace_rank_last_arrivals{rank="1"} 9.0' in body
+        assert "fabricpace_slowest_rank 1.0" in body
+    finally:
+        m.close()
+
+
+def test_cpulist_round_trip():
+    cpus = locality.parse_cpulist("0-3,8,10-11")
+    assert cpus == {0, 1, 2, 3, 8, 10, 11}
+    assert locality.compact_cpulist(cpus) == "0-3,8,10-11"
+
+
+def test_numa_and_nics_from_a_fake_sysfs(tmp_path):
+    for node, cpus in ((0, "0-3"), (1, "4-7")):
+        d = tmp_path / f"devices/system/node/node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    assert locality.numa_of_cpus({5, 6}, tmp_path) == 1
+    nic = tmp_path / "class/net/eth0/device"
+    nic.mkdir(parents=True)
+    (nic / "numa_node").write_text("1\n")
+    (tmp_path / "class/net/lo").mkdir(parents=True)
+    assert locality.nics(tmp_path) == [{"name": "eth0", "numa": 1}]
+
+
+def test_probe_on_this_machine():
+    row = locality.probe(0)
+    assert row["rank"] == 0 and row["host"] and row["cpu_affinity"]
+    assert row["gpu"] is None  # no GPU on this machine

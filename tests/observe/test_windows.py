@@ -1,0 +1,83 @@
+"""Window summaries: the per-rank vector and the cross-rank reading of the gathered matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabricpace.observe.recorder import step_metrics
+from fabricpace.observe.windows import NF, cross_rank, group_id, local_vector
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary
+
+MS = 1_000_000
+
+
+def _rank_rows(rank: int, late_ms: float, steps: int = 4, buckets: int = 3):
+    """Synthetic finalized rows: every bucket of every step; `late_ms` delays this rank's arrivals."""
+    srows, crows = [], []
+    for s in range(steps):
+        t0 = s * 100 * MS
+        seq0 = s * buckets
+        for b in range(buckets):
+            enter = t0 + (10 + b) * MS + int(late_ms * MS)
+            exit_ = t0 + (10 + b) * MS + 30 * MS + 2 * MS  # everyone completes after the latest (30 ms)
+            crows.append((s, seq0 + b, "ddp:world", "all_reduce", 1000, enter, exit_))
+        srows.append((s, t0, t0 + 50 * MS, 5 * MS, 20 * MS, 25 * MS, 1 * MS, 0, 0, 8, 0))
+    return srows, crows
+
+
+def test_cross_rank_names_last_arriver_and_transfer():
+    world, slots = 4, 16
+    lateness = [0.0, 5.0, 10.0, 30.0]
+    vecs = []
+    for r in range(world):
+        srows, crows = _rank_rows(r, lateness[r])
+        vecs.append(local_vector(rank=r, window=0, steps=srows, colls=crows, base_ns=0, slots=slots))
+    out = cross_rank(np.stack(vecs), slots)
+    assert [s.rank for s in out] == [0, 1, 2, 3]
+    assert [s.last_arrivals for s in out] == [0.0, 0.0, 0.0, 12.0]
+    assert all(s.arrivals_compared == 12 for s in out)
+    # transfer per instance = min exit - last arrival = 2 ms; 3 per step.
+    assert np.allclose([s.transfer_mean_ns for s in out], 3 * 2 * MS)
+    # skew per step = 3 buckets x (30 - own lateness) ms
+    assert np.allclose([s.skew_mean_ns for s in out], [3 * (30 - x) * MS for x in lateness])
+    assert out[0].step_median_ns == 50 * MS and out[0].samples_mean == 8
+
+
+def test_arrival_block_is_fixed_size_and_scaled_when_traffic_exceeds_it():
+    world, slots = 2, 4
+    vecs = []
+    for r in range(world):
+        srows, crows = _rank_rows(r, 7.0 * r, steps=4, buckets=3)  # 12 collectives > 4 slots
+        vecs.append(local_vector(rank=r, window=1, steps=srows, colls=crows, base_ns=0, slots=slots))
+    assert all(v.size == NF + 4 * slots for v in vecs)
+    out = cross_rank(np.stack(vecs), slots)
+    assert out[1].arrivals_compared == 4
+    assert out[1].last_arrivals == 12.0  # 4 of 4 compared, scaled to the 12 in the window
+
+
+def test_empty_contribution_keeps_gather_shape():
+    v = local_vector(rank=2, window=3, steps=[], colls=[], base_ns=0, slots=8)
+    s = cross_rank(v[None, :], 8)[0]
+    assert s.rank == 2 and s.steps == 0 and s.collectives == 0
+
+
+def test_group_id_is_stable():
+    assert group_id("ddp:world") == group_id("ddp:world") != group_id("world")
+
+
+def test_window_summary_reads_vectors_without_added_fields():
+    vec = np.arange(len(WINDOW_FIELDS), dtype=float)
+    s = WindowSummary.from_array(vec[:-2])
+    assert s.arrivals_compared == 0.0 and s.skew_mean_ns == 0.0
+    assert np.array_equal(WindowSummary.from_array(vec).to_array(), vec)
+
+
+def test_step_metrics_overlapped_and_blocking():
+    # overlapped buckets: last arrival 40, last exit 70 -> wait 30; comm = union [10,50]+[40,70] = 60
+    compute, wait, comm = step_metrics(0, 100, [(10, 50, False), (40, 70, False)], data=5, gc=2, paced=3)
+    assert (wait, comm) == (30, 60)
+    assert compute == 100 - 30 - 5 - 2 - 3
+    # a blocking collective adds its whole duration to wait
+    _, wait, comm = step_metrics(0, 100, [(80, 90, True)], data=0, gc=0, paced=0)
+    assert (wait, comm) == (10, 10)
+    assert step_metrics(0, 10, [], data=20, gc=0, paced=0) == (0, 0, 0)
