@@ -25,6 +25,7 @@ as NCCL does (its choice never sees hash collisions); a draw's time then uses th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -145,25 +146,28 @@ def _scale_vector(topo: Topology, link_scale: float | np.ndarray | Mapping[str, 
 def _draw_uplink_time(
     fab: _Fabric, pat: Pattern, cap: np.ndarray, draws: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Seconds per byte of S on the busiest uplink/downlink, one value per ECMP draw (vectorized)."""
+    """Seconds per byte of S on the busiest uplink/downlink, one value per ECMP draw (vectorized):
+    every queue pair of every cross-leaf connection draws a spine; a link's load is a bincount."""
     if pat.x_bytes.size == 0:
         return np.zeros(draws)
     topo = fab.topo
     q = fab.cluster.network.qps_per_connection
     S = topo.spines
-    xa = np.repeat(pat.x_src_leaf, q)
-    xb = np.repeat(pat.x_dst_leaf, q)
-    xbytes = np.tile(np.repeat(pat.x_bytes / q, q), draws)
-    spine = rng.integers(0, S, size=(draws, xa.size))
     n_links = topo.n_leaves * S
-    offset = (np.arange(draws) * n_links)[:, None]
-    size = draws * n_links
-    up = np.bincount((offset + xa * S + spine).ravel(), weights=xbytes, minlength=size)
-    down = np.bincount((offset + xb * S + spine).ravel(), weights=xbytes, minlength=size)
+    spine = rng.integers(0, S, size=(draws, pat.x_bytes.size * q))
+    offset = (np.arange(draws, dtype=np.int64) * n_links)[:, None]
+    per_qp = np.repeat(pat.x_bytes / q, q)
+    equal = bool(np.ptp(per_qp) == 0.0)  # rings and trees: every connection carries the same bytes
     base = 2 * topo.nodes * topo.nics_per_node
-    t_up = (up.reshape(draws, n_links) / cap[base : base + n_links]).max(axis=1)
-    t_down = (down.reshape(draws, n_links) / cap[base + n_links : base + 2 * n_links]).max(axis=1)
-    return np.maximum(t_up, t_down)
+    worst = np.zeros(draws)
+    for leaves, first in ((pat.x_src_leaf, base), (pat.x_dst_leaf, base + n_links)):
+        idx = (offset + np.repeat(leaves * S, q)[None, :] + spine).ravel()
+        if equal:
+            load = np.bincount(idx, minlength=draws * n_links).astype(float) * float(per_qp[0])
+        else:
+            load = np.bincount(idx, weights=np.tile(per_qp, draws), minlength=draws * n_links)
+        worst = np.maximum(worst, (load.reshape(draws, n_links) / cap[first : first + n_links]).max(axis=1))
+    return worst
 
 
 def _hop_latencies(cluster: Cluster, nodes: int) -> tuple[float, float]:
@@ -234,6 +238,18 @@ def _empty_pattern(n_links: int) -> Pattern:
     return Pattern(np.zeros(n_links), e, e, np.zeros(0), np.zeros(n_links, dtype=np.int64))
 
 
+@functools.lru_cache(maxsize=64)
+def _cached_pattern(cluster: Cluster, op: str, nodes: int, g: int, algorithm: str, spray: bool) -> Pattern:
+    """Flow pattern of an algorithm (depends on the cluster's fabric, not on the size): cached, because
+    the simulator asks for the same pattern for every bucket size. Callers must not mutate it."""
+    topo = Topology.build(cluster, nodes)
+    if algorithm in ("tree", "nvls_tree"):
+        return tree_pattern(cluster, topo, nodes, g, spray, chain=algorithm == "tree")
+    if algorithm == "p2p":
+        return alltoall_pattern(cluster, topo, nodes, g)
+    return ring_pattern(cluster, topo, op, nodes, g, spray)
+
+
 def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: str, spray: bool) -> _Plan:
     cl, topo = fab.cluster, fab.topo
     tu = cl.tuning
@@ -249,15 +265,9 @@ def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: s
         per_nic = 2.0 * (nodes - 1) / nodes / cl.nics.count  # all-reduce of S/g per rail, rails in parallel
         t = 2 * (g - 1) / g / nvl + per_nic / float(cap[0])
         return _Plan(algorithm, protocol, _empty_pattern(topo.n_links), cap, lat, t, 0)
-    if algorithm in ("tree", "nvls_tree"):
-        cap = fab.cap(tu.tree_efficiency)
-        pat = tree_pattern(cl, topo, nodes, g, spray, chain=algorithm == "tree")
-    elif algorithm == "p2p":
-        cap = fab.cap(tu.net_efficiency)
-        pat = alltoall_pattern(cl, topo, nodes, g)
-    else:
-        cap = fab.cap(tu.net_efficiency)
-        pat = ring_pattern(cl, topo, op, nodes, g, spray)
+    cap = fab.cap(tu.tree_efficiency if algorithm in ("tree", "nvls_tree") else tu.net_efficiency)
+    key = cl.model_copy(update={"tuning": type(tu)(channels=tu.channels)})  # patterns ignore the rest
+    pat = _cached_pattern(key, op, nodes, g, algorithm, spray)
     ratio = pat.fixed / cap
     link = int(np.argmax(ratio))
     t = float(ratio[link])
