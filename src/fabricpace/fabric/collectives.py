@@ -162,10 +162,10 @@ def _draw_uplink_time(
     worst = np.zeros(draws)
     for leaves, first in ((pat.x_src_leaf, base), (pat.x_dst_leaf, base + n_links)):
         idx = (offset + np.repeat(leaves * S, q)[None, :] + spine).ravel()
+        weights = None if equal else np.tile(per_qp, draws)
+        load: np.ndarray = np.bincount(idx, weights=weights, minlength=draws * n_links)
         if equal:
-            load = np.bincount(idx, minlength=draws * n_links).astype(float) * float(per_qp[0])
-        else:
-            load = np.bincount(idx, weights=np.tile(per_qp, draws), minlength=draws * n_links)
+            load = load * float(per_qp[0])
         worst = np.maximum(worst, (load.reshape(draws, n_links) / cap[first : first + n_links]).max(axis=1))
     return worst
 
