@@ -98,8 +98,14 @@ class LinkSpec(_StepRange):
 
 
 class ForeignSpec(_StepRange):
+    """Another tenant's traffic. Without ``duty`` it sends for the whole step range; with ``duty`` it
+    sends in random bursts (an on/off Markov chain per entry, mean burst ``burst_steps`` steps, on for a
+    ``duty`` share of steps in the long run), drawn from the simulation's seed."""
+
     links: list[str] = Field(min_length=1)
     scale: float = Field(gt=0, le=1, description="capacity left to the job while the tenant sends")
+    duty: float | None = Field(default=None, gt=0, lt=1)
+    burst_steps: float = Field(default=20.0, ge=1)
     reason: str = ""
 
 
@@ -122,22 +128,38 @@ class Noise:
     def gc_enabled(self) -> bool:
         return self.spec.gc.garbage_mb_per_step > 0
 
-    def validate_against(self, *, world: int, nodes: int, links: Sequence[str] | None) -> None:
-        """Faults must name ranks, nodes and links that exist in this job (ConfigError otherwise)."""
+    def validate_against(
+        self,
+        *,
+        world: int,
+        nodes: int,
+        links: Sequence[str] | None,
+        cluster_links: Sequence[str] | None = None,
+        cluster_nodes: int | None = None,
+    ) -> list[str]:
+        """Faults must name ranks and nodes of this job and links of the cluster (ConfigError otherwise).
+
+        A node or link of the cluster that this job does not use (another leaf's uplink) is fine: the
+        fault is there, the job just does not meet it. Returns those faults (for the manifest).
+        """
+        outside: list[str] = []
         for i, s in enumerate(self.spec.slow):
             if s.rank is not None and s.rank >= world:
                 raise ConfigError(
                     f"{self.source}: field 'slow.{i}.rank': rank {s.rank} does not exist "
                     f"(the job has ranks 0..{world - 1})"
                 )
-            if s.node is not None and s.node >= nodes:
+            if s.node is not None and nodes <= s.node < (cluster_nodes or 0):
+                outside.append(f"slow.{i}: node {s.node} is not in this {nodes}-node job")
+            elif s.node is not None and s.node >= nodes:
                 raise ConfigError(
                     f"{self.source}: field 'slow.{i}.node': node {s.node} does not exist "
                     f"(the job has nodes 0..{nodes - 1})"
                 )
         if links is None:
-            return
-        known = set(links)
+            return outside
+        job = set(links)
+        known = job | set(cluster_links or ())
         named = [(f"links.{i}.link", s.link) for i, s in enumerate(self.spec.links)]
         named += [(f"foreign.{i}.links", n) for i, f in enumerate(self.spec.foreign) for n in f.links]
         for field, name in named:
@@ -147,17 +169,22 @@ class Noise:
                     f"{self.source}: field '{field}': no link {name!r} in this cluster (links look like: "
                     f"{sample}, ...)"
                 )
+            if name not in job:
+                outside.append(f"{field}: link {name} is not used by this {nodes}-node job")
+        return outside
 
     def describe(self) -> dict[str, Any]:
         d = self.spec.model_dump()
         d["source"] = self.source
         return d
 
-    def link_scales(self, steps: int) -> tuple[np.ndarray, list[dict[str, float]]]:
+    def link_scales(
+        self, steps: int, *, rng: np.random.Generator, used: set[str] | None = None
+    ) -> tuple[np.ndarray, list[dict[str, float]]]:
         """Piecewise-constant link capacity scales over steps.
 
-        Returns (segment id per step, list of {link: scale} per segment); segment 0 is the first state.
-        Scales of overlapping faults multiply (a slow link that also carries foreign traffic).
+        Returns (segment id per step, list of {link: scale} per segment). Scales of overlapping faults
+        multiply (a slow link that also carries foreign traffic). Links outside ``used`` are dropped.
         """
         events: list[tuple[str, float, np.ndarray]] = []
         idx = np.arange(steps)
@@ -168,8 +195,12 @@ class Noise:
             events.append((s.link, s.scale, on))
         for f in self.spec.foreign:
             on = (idx >= f.from_step) & (idx < (f.to_step if f.to_step is not None else steps))
+            if f.duty is not None:
+                on &= _bursts(steps, f.duty, f.burst_steps, rng)
             for name in f.links:
                 events.append((name, f.scale, on))
+        if used is not None:
+            events = [e for e in events if e[0] in used]
         if not events:
             return np.zeros(steps, dtype=np.int64), [{}]
         active = np.stack([e[2] for e in events], axis=1)  # steps x events
@@ -182,6 +213,19 @@ class Noise:
                     scale[name] = scale.get(name, 1.0) * value
             states.append(scale)
         return np.asarray(seg, dtype=np.int64).reshape(steps), states
+
+
+def _bursts(steps: int, duty: float, mean_on: float, rng: np.random.Generator) -> np.ndarray:
+    """On/off Markov chain: P(on→off) = 1/mean_on, P(off→on) chosen so the stationary on-share is duty."""
+    p_off = 1.0 / mean_on
+    p_on = min(1.0, duty * p_off / (1.0 - duty))
+    u = rng.random(steps)
+    out = np.empty(steps, dtype=bool)
+    state = bool(rng.random() < duty)
+    for i in range(steps):  # a few thousand steps at most: a scalar loop is fine here
+        out[i] = state
+        state = (u[i] >= p_off) if state else (u[i] < p_on)
+    return out
 
 
 def load_noise(name_or_path: str | Path | Noise | None) -> Noise:

@@ -7,21 +7,40 @@ part per block of steps (thousands of per-rank folders would cost more than the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from fabricpace.pacing.state import Decision
 from fabricpace.run.manifest import Manifest
-from fabricpace.run.writer import RunWriter, write_table_atomic
+from fabricpace.run.writer import RunWriter
 from fabricpace.sim.engine import BlockResult
 
 
 def _ns(x: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(x) * 1e9).astype(np.int64)
+
+
+def _table(columns: dict[str, Any]) -> pa.Table:
+    # Table.from_arrays, not pa.table(dict): the latter probes for pandas and imports it (1–2 s).
+    return pa.Table.from_arrays(
+        [pa.array(v) if isinstance(v, np.ndarray) else v for v in columns.values()], names=list(columns)
+    )
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    """Atomic write (temp + rename) tuned for big numeric tables: zstd level 1 is ~3x faster than the
+    default level at the same size here; only the string columns are dictionary-encoded."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    dict_cols = [n for n in ("group", "op") if n in table.column_names]
+    pq.write_table(table, tmp, compression="zstd", compression_level=1, use_dictionary=dict_cols or False)
+    os.replace(tmp, path)
 
 
 def _dict(values: np.ndarray, labels: Sequence[str]) -> pa.DictionaryArray:
@@ -87,7 +106,7 @@ class Recorder:
         S, R = b.t_start.shape
         rank = np.broadcast_to(np.arange(R, dtype=np.int32), (S, R)).ravel()
         step = np.broadcast_to(b.steps[:, None], (S, R)).ravel().astype(np.int64)
-        steps = pa.table(
+        steps = _table(
             {
                 "rank": rank,
                 "step": step,
@@ -103,12 +122,12 @@ class Recorder:
                 "noise_ns": _ns(b.noise).ravel(),  # host pauses (also inside compute_ns)
             }
         )
-        write_table_atomic(self.dir / "steps" / "all" / f"part-{self._part:06d}.parquet", steps)
+        _write(self.dir / "steps" / "all" / f"part-{self._part:06d}.parquet", steps)
         if self.record_collectives:
             K = b.end.shape[1]
             shape = (S, R, K)
             seq = (b.steps[:, None, None] * K + np.arange(K)[None, None, :]).astype(np.int64)
-            coll = pa.table(
+            coll = _table(
                 {
                     "rank": np.broadcast_to(np.arange(R, dtype=np.int32)[None, :, None], shape).ravel(),
                     "step": np.broadcast_to(b.steps[:, None, None], shape).ravel().astype(np.int64),
@@ -120,7 +139,7 @@ class Recorder:
                     "t_exit_ns": np.broadcast_to(_ns(b.end)[:, None, :], shape).ravel(),
                 }
             )
-            write_table_atomic(self.dir / "collectives" / "all" / f"part-{self._part:06d}.parquet", coll)
+            _write(self.dir / "collectives" / "all" / f"part-{self._part:06d}.parquet", coll)
         self._part += 1
 
     def decisions(self, rows: Sequence[Decision]) -> None:

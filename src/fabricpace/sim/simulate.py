@@ -98,7 +98,10 @@ def simulate(
     g = cl.gpus_per_node
     world = nodes * g
     names = link_names(cl, nodes)
-    nz.validate_against(world=world, nodes=nodes, links=names)
+    all_links = link_names(cl, cl.nodes) if (nz.spec.links or nz.spec.foreign) else None
+    outside = nz.validate_against(
+        world=world, nodes=nodes, links=names, cluster_links=all_links, cluster_nodes=cl.nodes
+    )
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out}: already exists and is not empty; choose a new --out (nothing was written)")
@@ -134,7 +137,7 @@ def simulate(
         workload={**wl.describe(), "model_parallel": wl.model_parallel},
         cluster=cl.model_dump(mode="json"),
         pacing=pacing_info,
-        extra={"seed": seed, "steps": steps, "noise": nz.describe()},
+        extra={"seed": seed, "steps": steps, "noise": nz.describe(), "faults_outside_job": outside},
     )
     rec = Recorder(
         out, manifest, ops=coll.ops, sizes=coll.sizes, record_collectives=options.record_collectives

@@ -57,7 +57,8 @@ class TransferModel:
     ) -> None:
         from fabricpace.fabric import sample_collective_times
 
-        seg, states = noise.link_scales(steps)
+        used = set(names) if names is not None else None
+        seg, states = noise.link_scales(steps, rng=np.random.default_rng([seed, 0xF0]), used=used)
         self.segments = seg
         self.scales = states
         unique = sorted(set(ops_sizes))
