@@ -90,3 +90,20 @@ def test_no_table_is_an_error(tmp_path):
         parse_log(p)
     with pytest.raises(ParseError, match="cannot read"):
         parse_log(tmp_path / "missing.log")
+
+
+def test_abridged_rank_list_infers_nodes_from_device_indices(tmp_path):
+    lines = HEADER.splitlines()
+    ranks = [
+        "#  Rank  0 Group  0 Pid 563473 on   GPU-3882 device  0 [0008:06:00] NVIDIA GB300",
+        "#  Rank  1 Group  0 Pid 563474 on   GPU-3882 device  1 [0009:06:00] NVIDIA GB300",
+        "...",
+        "#  Rank 62 Group  0 Pid 480831 on   GPU-6569 device  2 [0018:06:00] NVIDIA GB300",
+        "#  Rank 63 Group  0 Pid 480833 on   GPU-6569 device  3 [0019:06:00] NVIDIA GB300",
+    ]
+    text = "\n".join(lines[:3] + ranks + lines[5:]) + "\n"
+    text += row(8, 2, "float", "sum", -1, 12.0, "0.00", "0.00", 0, 12.0, "0.00", "0.00", 0)
+    p = tmp_path / "all_reduce.log"
+    p.write_text(text)
+    log = parse_log(p)
+    assert (log.nranks, log.nodes, log.gpus_per_node) == (64, 16, 4)

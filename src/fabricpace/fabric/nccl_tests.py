@@ -93,6 +93,14 @@ def _op_from(text: str | None) -> str | None:
     return _OP_ALIASES[m.group(1)] if m else None
 
 
+def _nodes_from_name(name: str) -> int | None:
+    """'n4_all_reduce.log', 'allreduce-16nodes.txt' -> 4, 16 (when the log lists no ranks)."""
+    m = re.search(r"(?:^|[^a-z0-9])n(\d+)(?:[^0-9]|$)|(\d+)[-_]?nodes?", name.lower())
+    if not m:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
 def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = None) -> NcclTestsLog:
     """Parse an nccl-tests stdout log. ``op`` / ``nodes`` override what the log says (or does not say).
 
@@ -113,6 +121,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
         op = _OP_ALIASES[key]
 
     ranks: dict[int, str] = {}
+    devices: dict[int, int] = {}
     has_root: bool | None = None
     rows: list[NcclTestsRow] = []
     avg: float | None = None
@@ -130,6 +139,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             m = _RANK.match(line)
             if m:
                 ranks[int(m.group(1))] = m.group(2)
+                devices[int(m.group(1))] = int(m.group(3))
                 continue
             low = line.lower()
             if "redop" in low and "size" in low:
@@ -192,8 +202,14 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                 found_op = _OP_ALIASES[key]
                 break
     hosts = tuple(sorted(set(ranks.values())))
-    n_nodes = nodes if nodes is not None else (len(hosts) or None)
     nranks = (max(ranks) + 1) if ranks else None
+    if nodes is not None:
+        n_nodes: int | None = nodes
+    elif nranks is not None and len(ranks) < nranks:
+        # an abridged rank list ("...") hides hosts: GPUs per node = highest device index + 1
+        n_nodes = nranks // (max(devices.values()) + 1)
+    else:
+        n_nodes = len(hosts) or _nodes_from_name(p.name)
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
     return NcclTestsLog(
         path=str(p),
