@@ -21,7 +21,7 @@ import numpy as np
 
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import binomial_z, loo_median
+from fabricpace.diagnose.stats import binomial_z, loo_median, nanmedian
 
 
 @dataclass(kw_only=True)
@@ -54,12 +54,12 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         for rows in _stage_groups(m):
             sub = late[rows]
             excess[rows] = sub - loo_median(sub)
-            centred[rows] = sub - np.nanmedian(sub, axis=0)
-        med = np.nanmedian(excess, axis=1)
+            centred[rows] = sub - nanmedian(sub, axis=0)
+        med = nanmedian(excess, axis=1)
         valid = ~np.isnan(excess)
         nvalid = valid.sum(axis=1)
         slower = np.where(nvalid > 0, np.nansum(excess > 0, axis=1) / np.maximum(nvalid, 1), 0.0)
-        sigma = 1.4826 * np.nanmedian(np.abs(excess - med[:, None]), axis=1)
+        sigma = 1.4826 * nanmedian(np.abs(excess - med[:, None]), axis=1)
         mean_step = float(np.nanmean(m.step_time))
         floor = 1e-4 * mean_step  # a noiseless rank still needs a finite standard error
         se = 1.2533 * np.maximum(sigma, floor) / np.sqrt(np.maximum(nvalid, 1))
@@ -110,18 +110,24 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
     )
 
 
-def component_excess(m: RunMetrics, rows: np.ndarray) -> dict[str, float]:
-    """Median per-step excess of each recorded step component (compute, data, gc, paced) of the
-    given ranks over the other ranks' median — what the culprits spend their extra time on."""
-    out: dict[str, float] = {}
+def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per culprit row: median over steps of each step component (compute, data, gc, paced) above the
+    non-culprit ranks' per-step median — what each culprit spends its extra time on. One reference
+    median per component, so this is vectorized over culprits."""
+    out: dict[str, np.ndarray] = {}
     others = np.setdiff1d(np.arange(m.n_ranks), rows)
-    if others.size == 0:
+    if others.size == 0 or rows.size == 0:
         return out
-    with np.errstate(all="ignore"):
-        for name in ("compute", "data", "gc", "paced"):
-            comp = m.components.get(name)
-            if comp is None:
-                continue
-            ref = np.nanmedian(comp[others], axis=0)
-            out[name] = float(np.nanmedian(np.nanmedian(comp[rows], axis=0) - ref))
+    for name in ("compute", "data", "gc", "paced"):
+        comp = m.components.get(name)
+        if comp is None:
+            continue
+        ref = nanmedian(comp[others], axis=0)
+        out[name] = np.atleast_1d(nanmedian(comp[rows] - ref, axis=1))
     return out
+
+
+def component_excess(m: RunMetrics, rows: np.ndarray) -> dict[str, float]:
+    """The same for a group of culprits taken together (median over the group's rows)."""
+    per = component_excess_rows(m, rows)
+    return {k: float(nanmedian(v)) for k, v in per.items()}

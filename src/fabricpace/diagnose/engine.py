@@ -23,6 +23,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import scan
 from fabricpace.diagnose.findings import Abstention, Diagnosis, Finding, RunSummary
 from fabricpace.diagnose.metrics import RunMetrics, build_metrics
+from fabricpace.diagnose.stats import nanmedian
 from fabricpace.run.reader import load_run
 
 _ARRIVAL_MODES = ("sync_amplification", "persistent_straggler")
@@ -64,7 +65,7 @@ def _headline(m: RunMetrics) -> dict[str, Any]:
         t = m.step_time
         out: dict[str, Any] = {
             "step_ms_mean": float(np.nanmean(t)) / 1e6 if t.size else None,
-            "step_ms_median": float(np.nanmedian(t)) / 1e6 if t.size else None,
+            "step_ms_median": float(nanmedian(t)) / 1e6 if t.size else None,
             "step_cv": float(np.nanstd(t) / np.nanmean(t)) if t.size else None,
             "warmup_steps": m.warmup,
             "arrival_basis": m.arrival_basis,

@@ -12,7 +12,7 @@ from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
 from fabricpace.diagnose.persistent_straggler import culprit_finding, nodes_of, split_by_cause
-from fabricpace.diagnose.stats import block_bootstrap
+from fabricpace.diagnose.stats import block_bootstrap, nanmedian
 
 
 def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dict[str, float]]:
@@ -22,7 +22,7 @@ def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dic
     total = float(np.nansum(m.step_time))
     with np.errstate(all="ignore"):
         per_rank = np.nansum(data, axis=1) / total
-        fleet = float(np.nanmedian(per_rank))
+        fleet = float(nanmedian(per_rank))
         # The synchronized step pays at least the data wait of the median rank; with own work known,
         # the what-if is exact: steps if every rank's data wait were zero.
         if m.work is not None:
@@ -30,7 +30,7 @@ def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dic
             after = np.nanmax(m.work - np.nan_to_num(data), axis=0)
             loss = np.clip(np.nan_to_num(before - after), 0, None)
         else:
-            loss = np.nan_to_num(np.nanmedian(data, axis=0))
+            loss = np.nan_to_num(nanmedian(data, axis=0))
     metrics = {"data_share_of_step": fleet}
     if fleet < cfg.input_min_share:
         return None, metrics
@@ -47,7 +47,7 @@ def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dic
             culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks)),
             evidence={
                 "data_share_of_step": fleet,
-                "data_ms_per_step_median_rank": float(np.nanmedian(data)) / 1e6,
+                "data_ms_per_step_median_rank": float(nanmedian(data)) / 1e6,
                 "ranks_stalled": len(ranks),
                 "ranks": m.n_ranks,
                 "steps": m.n_steps,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from fabricpace.diagnose.config import DiagnoseConfig
-from fabricpace.diagnose.culprits import CulpritScan, component_excess
+from fabricpace.diagnose.culprits import CulpritScan, component_excess, component_excess_rows
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.locality import shared_locality
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, whatif_saving
+from fabricpace.diagnose.stats import block_bootstrap, nanmedian, whatif_saving
 
 
 def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
@@ -42,9 +42,10 @@ def _cause(comp: dict[str, float]) -> str:
 def split_by_cause(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
     """(straggler rows, input-stall rows): a culprit whose extra time is mostly data goes to input_stall."""
     rows = np.flatnonzero(sc.culprit)
+    per = component_excess_rows(m, rows)
     stall = []
-    for r in rows:
-        comp = component_excess(m, np.array([r]))
+    for i, r in enumerate(rows):
+        comp = {k: float(v[i]) for k, v in per.items()}
         pos = sum(v for v in comp.values() if v > 0)
         if pos > 0 and comp.get("data", 0.0) >= cfg.input_dominant_component * pos:
             stall.append(r)
@@ -113,8 +114,8 @@ def _score(m: RunMetrics, rows: np.ndarray) -> float | None:
     if m.work is None:
         return None
     with np.errstate(all="ignore"):
-        own = float(np.nanmedian(m.work[rows]))
-        fleet = float(np.nanmedian(m.work))
+        own = float(nanmedian(m.work[rows]))
+        fleet = float(nanmedian(m.work))
     return fleet / own if own > 0 else None
 
 

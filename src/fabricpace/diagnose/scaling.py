@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import expected_max_normal
+from fabricpace.diagnose.stats import expected_max_normal, nanmedian
 
 
 def _row(m: RunMetrics) -> dict[str, Any]:
@@ -28,10 +28,10 @@ def _row(m: RunMetrics) -> dict[str, Any]:
             w = m.lateness
         else:
             w = np.zeros_like(m.duration)
-        med = np.nanmedian(w, axis=0)
+        med = nanmedian(w, axis=0)
         mx = np.nanmax(w, axis=0)
-        data = np.nanmedian(m.components["data"], axis=0) if "data" in m.components else np.zeros_like(t)
-        sigma = float(np.nanmedian(np.nanstd(w, axis=0)))
+        data = nanmedian(m.components["data"], axis=0) if "data" in m.components else np.zeros_like(t)
+        sigma = float(nanmedian(np.nanstd(w, axis=0)))
     skew = float(np.nanmean(mx - med))
     work_med = float(np.nanmean(med)) if m.work is not None else float("nan")
     data_ms = float(np.nanmean(data))

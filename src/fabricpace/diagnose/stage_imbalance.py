@@ -19,7 +19,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics, _dense
 from fabricpace.diagnose.persistent_straggler import nodes_of
-from fabricpace.diagnose.stats import block_bootstrap, loo_median
+from fabricpace.diagnose.stats import block_bootstrap, loo_median, nanmedian
 
 _COMM = (
     r"(?i)(comm|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|broadcast|"
@@ -61,20 +61,20 @@ def detect(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str,
     if ids.size < 2:
         return [], {}, "fewer than two pipeline stages"
     with np.errstate(all="ignore"):
-        sw = np.vstack([np.nanmedian(work[stage == k], axis=0) for k in ids])  # [K, S]
+        sw = np.vstack([nanmedian(work[stage == k], axis=0) for k in ids])  # [K, S]
         ex = sw - loo_median(sw)
-        rel = np.nanmedian(ex, axis=1) / np.nanmedian(sw)
+        rel = nanmedian(ex, axis=1) / nanmedian(sw)
         slower = np.nanmean(ex > 0, axis=1)
     metrics = {
-        "stage_work_ms": {int(k): float(np.nanmedian(sw[i])) / 1e6 for i, k in enumerate(ids)},
-        "stage_max_over_median": float(np.nanmax(np.nanmedian(sw, axis=1)) / np.nanmedian(sw)),
+        "stage_work_ms": {int(k): float(nanmedian(sw[i])) / 1e6 for i, k in enumerate(ids)},
+        "stage_max_over_median": float(np.nanmax(nanmedian(sw, axis=1)) / nanmedian(sw)),
     }
     hot = (rel >= cfg.stage_min_excess) & (slower >= cfg.straggler_consistency)
     if not hot.any() or hot.sum() * 2 > ids.size:
         return [], metrics, None
     others = ~hot
     with np.errstate(all="ignore"):
-        fill = np.nanmedian(sw[others], axis=0)
+        fill = nanmedian(sw[others], axis=0)
         new = sw.copy()
         new[hot] = fill
         per_step = np.clip(np.nan_to_num(np.nanmax(sw, axis=0) - np.nanmax(new, axis=0)), 0, None)
@@ -85,7 +85,7 @@ def detect(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str,
     conf, ci = block_bootstrap(per_step, m.step_time, cfg.stage_min_saving, cfg)
     stages = [int(k) for k in ids[hot]]
     ranks = [int(r) for r in m.ranks[np.isin(stage, stages)]]
-    fastest = int(ids[int(np.nanargmin(np.nanmedian(sw, axis=1)))])
+    fastest = int(ids[int(np.nanargmin(nanmedian(sw, axis=1)))])
     evidence = dict(metrics)
     evidence.update(
         {

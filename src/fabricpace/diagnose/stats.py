@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fabricpace.diagnose.config import DiagnoseConfig
+
+
+def nanmedian(x: Any, axis: int | None = None) -> Any:
+    """NaN-aware median, vectorized. numpy's nanmedian falls back to a per-column Python loop
+    (apply_along_axis) as soon as one NaN is present — 100× slower on [1024, 2000] matrices."""
+    x = np.asarray(x, dtype=float)
+    if axis is None:
+        x = x.ravel()
+        axis = 0
+    nan = np.isnan(x)
+    if not nan.any():
+        return np.median(x, axis=axis) if x.shape[axis] else np.full(np.delete(x.shape, axis), np.nan)
+    srt = np.sort(x, axis=axis)  # NaN sort last
+    n = np.sum(~nan, axis=axis, keepdims=True)
+    lo = np.clip((n - 1) // 2, 0, None)
+    hi = np.clip(n // 2, 0, None)
+    with np.errstate(all="ignore"):
+        val = 0.5 * (np.take_along_axis(srt, lo, axis=axis) + np.take_along_axis(srt, hi, axis=axis))
+    val = np.where(n == 0, np.nan, val)
+    out = np.squeeze(val, axis=axis)
+    return float(out) if out.ndim == 0 else out
 
 
 def loo_median(x: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, expected_max_normal
+from fabricpace.diagnose.stats import block_bootstrap, expected_max_normal, nanmedian
 
 
 def residual_skew(m: RunMetrics, sc: CulpritScan) -> np.ndarray:
@@ -46,7 +46,7 @@ def _cause(m: RunMetrics, sc: CulpritScan) -> dict[str, float]:
             comp = m.components.get(name)
             if comp is None:
                 continue
-            above = comp[top, cols] - np.nanmedian(comp[keep], axis=0)
+            above = comp[top, cols] - nanmedian(comp[keep], axis=0)
             out[name] = float(np.nansum(np.clip(above, 0, None)))
     norm = sum(out.values())
     return {k: v / norm for k, v in out.items()} if norm > 0 else {}
@@ -63,7 +63,7 @@ def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Fi
     distinct = int(np.unique(moving).size)
     top_share = float(np.bincount(moving).max() / moving.size) if moving.size else 0.0
     with np.errstate(all="ignore"):
-        sigma = float(np.nanmedian(np.nanstd(sc.centred[keep], axis=0))) if keep.size else 0.0
+        sigma = float(nanmedian(np.nanstd(sc.centred[keep], axis=0))) if keep.size else 0.0
         cv = float(np.nanstd(m.step_time) / np.nanmean(m.step_time))
     predicted = expected_max_normal(int(keep.size)) * sigma
     metrics = {
