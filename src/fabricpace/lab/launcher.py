@@ -68,7 +68,8 @@ def worker_args(sc: Scenario, *, run_dir: Path, steps: int, pacing: str, seed: i
                 slow: tuple[str, float] | None = None) -> list[str]:
     """Command-line flags of ``python -m fabricpace.lab.worker`` for this scenario."""
     w = sc.workload
-    args = ["--run-dir", str(run_dir), "--steps", str(steps), "--global-batch", str(w.global_batch),
+    args = ["--run-dir", str(run_dir), "--steps", str(steps), "--batch-per-rank", str(w.batch_per_rank),
+            "--device-ms-per-sample", str(w.device_ms_per_sample),
             "--in-dim", str(w.in_dim), "--hidden", str(w.hidden), "--layers", str(w.layers),
             "--window", str(w.window), "--pacing", pacing, "--seed", str(seed),
             "--progress-file", str(scratch_dir(run_dir) / "progress")]
@@ -174,6 +175,7 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
     from rich.progress import Progress
 
     change = sc.faults.uplink_change if cfg is not None else None
+    foreign = sc.faults.foreign_flow if cfg is not None else None
     progress_file = scratch_dir(out) / "progress"
     t_start = time.monotonic()
     t_first_step: float | None = None
@@ -187,6 +189,7 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
                 log = scratch_dir(out) / "logs" / f"rank-{r:05d}.log"
                 raise LabError(f"rank {r} exited with {c}: {_tail(log)[-300:]} (log: {log})")
             if all(c == 0 for c in codes):
+                run.events.append({"event": "ranks_done", "after_s": round(time.monotonic() - t_start, 2)})
                 return
             if time.monotonic() - t_start > deadline_s:
                 raise LabError(f"scenario {sc.name} did not finish within {deadline_s:.0f} s; "
@@ -196,6 +199,12 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
                 bar.update(task, completed=done)
                 if t_first_step is None:
                     t_first_step = time.monotonic()
+                    run.events.append({"event": "training_started",
+                                       "after_s": round(t_first_step - t_start, 2)})
+                    if foreign is not None:
+                        # Only now: the observer has aligned clocks over the (then quiet) network.
+                        assert cfg is not None
+                        _start_foreign(cfg, sc, run, out, deadline_s)
             started = t_first_step is not None and time.monotonic() - t_first_step >= 0
             if change is not None and started and time.monotonic() - (t_first_step or 0) >= change.after_s:
                 assert cfg is not None
@@ -310,8 +319,6 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
                     run.cgroups.append(cgroup.throttle(prefix, f"rank{r}", run.procs[r].pid, th.cpus))
                     run.events.append({"event": "throttle", "rank": r, "cpus": th.cpus,
                                        "unix_s": time.time()})
-        if cfg is not None and sc.faults.foreign_flow is not None:
-            _start_foreign(cfg, sc, run, out, deadline)
         _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress)
     finally:
         _cleanup(run, cfg, prefix)

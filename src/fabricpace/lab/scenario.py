@@ -7,7 +7,7 @@ A scenario is a YAML file (or the name of a shipped one in ``fabricpace/data/lab
     steps: 240
     placement: contiguous   # or interleaved (consecutive ranks alternate leaves)
     fabric: {leaves: 2, uplink: 1gbit, node_link: 2gbit}
-    workload: {global_batch: 256, hidden: 384, layers: 3}
+    workload: {batch_per_rank: 64, device_ms_per_sample: 1.0, hidden: 192, layers: 3}
     faults:
       throttle: {ranks: [5], cpus: 0.05}                  # cgroup v1 CPU quota (CPUs)
       gc_noise: {ranks: all, heap: 300000, churn: 20000}  # object churn / GC pressure
@@ -46,9 +46,10 @@ class FabricSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    global_batch: int = Field(256, ge=1)
+    batch_per_rank: int = Field(64, ge=1)  # weak scaling: global batch = batch_per_rank × world
+    device_ms_per_sample: float = Field(1.0, ge=0.0, le=100.0)  # accelerator time, waited for
     in_dim: int = Field(128, ge=1)
-    hidden: int = Field(384, ge=1)
+    hidden: int = Field(192, ge=1)
     layers: int = Field(3, ge=1, le=32)
     window: int = Field(20, ge=2)
 

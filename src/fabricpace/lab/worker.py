@@ -6,6 +6,13 @@ by the demo (plain processes on loopback). Rendezvous comes from the usual torch
 
     python -m fabricpace.lab.worker --run-dir RUN --steps 200 [--pacing auto] [--gc-noise-ranks all]
 
+The host has a few cores for many ranks, so each rank can stand in for a GPU node: with
+``--device-ms-per-sample`` the rank also waits that long per sample between forward and backward, as a
+host thread waits for its accelerator. The model, gradients, all-reduce and optimizer step stay real;
+only the accelerator's arithmetic is replaced by its duration, so 8 ranks on 2 cores behave like 8 nodes
+instead of 8 processes fighting over 2 cores. Host work (Python, GC, the CPU part of the MLP) still
+competes for the CPU, which is where the GC and throttling faults act.
+
 The loss is summed over this rank's samples and divided by the global batch (times the world size,
 which DDP divides by again), so the update does not change when pacing moves samples between ranks.
 """
@@ -17,6 +24,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fabricpace.lab.worker", description=__doc__.splitlines()[0])
     p.add_argument("--run-dir", required=True)
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--global-batch", type=int, default=256)
+    p.add_argument("--batch-per-rank", type=int, default=64, help="global batch = this × world size")
+    p.add_argument("--device-ms-per-sample", type=float, default=0.0,
+                   help="accelerator time per sample, spent waiting (see module docstring)")
     p.add_argument("--in-dim", type=int, default=128)
     p.add_argument("--hidden", type=int, default=384)
     p.add_argument("--layers", type=int, default=3)
@@ -84,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                            lifetime_steps=args.gc_lifetime, seed=args.seed * 7919 + rank)
     extra = round(args.slow_factor - 1.0) if rank in _ranks(args.slow_ranks, world) else 0
     progress = Path(args.progress_file) if args.progress_file and rank == 0 else None
+    global_batch = args.batch_per_rank * world
+    device_s_per_sample = args.device_ms_per_sample / 1000.0
 
     with observe(ddp, run_dir=args.run_dir, pacing=args.pacing, window=args.window) as obs:
         if progress is not None:
@@ -92,14 +104,18 @@ def main(argv: list[str] | None = None) -> int:
             t0 = getattr(obs, "t0", None)
             progress.with_name("t0.json").write_text(json.dumps({"t0_monotonic_ns": t0}))
         for step in range(args.steps):
-            n = max(1, obs.batch_share(args.global_batch))
+            n = max(1, obs.batch_share(global_batch))
             with obs.step(samples=n):
                 with obs.phase("data"):
                     x = torch.randn(n, args.in_dim, generator=gen)
                     y = torch.randint(0, args.classes, (n,), generator=gen)
                 if noise is not None:
                     noise.step()
-                loss = loss_fn(ddp(x), y) * (world / args.global_batch)
+                loss = loss_fn(ddp(x), y) * (world / global_batch)
+                if device_s_per_sample > 0:
+                    # The accelerator's share of forward+backward: the host waits, as it does for a GPU,
+                    # before gradients become ready and DDP launches its buckets.
+                    time.sleep(device_s_per_sample * n)
                 for _ in range(extra):
                     # Extra work of the same kind on a detached copy: slower compute, same gradients.
                     with torch.no_grad():
