@@ -96,7 +96,7 @@ def write_trace(
     last = 20.0 + compute.max(axis=0)
     step_len = last + job.buckets_per_step * job.transfer_us + 200.0
     starts = 1_000.0 + np.concatenate([[0.0], np.cumsum(step_len + 50.0)[:-1]])
-    corr = 1
+    corr = 250_000  # correlation ids of a process that has run a while (as in real traces)
     first = True
     t = 0.0
     for s in range(job.steps):

@@ -1,0 +1,155 @@
+"""Kineto trace import: throughput (MB/s) and peak memory against file size, fabricpace vs HolisticTraceAnalysis.
+
+For each size a synthetic single-rank PyTorch-profiler trace is written in the real layout
+(``fabricpace.importers.synthetic``: ProfilerStep annotations, cpu ops, runtime launches, GEMM and NCCL
+kernels with their metadata args, flow events). Each measurement runs in a fresh subprocess that
+reports its wall time and peak RSS (``ru_maxrss`` of itself and of any children it spawned), so one
+tool's heap never inflates the other's number. Runs alternate between the tools (A/B, B/A, ...) and
+the table shows medians over the repeats. ``baseline`` is the RSS after importing the libraries and
+before touching the trace; ``peak − baseline`` is what the trace itself costs.
+
+    python benchmarks/kineto_import.py                      # 50, 200, 500 MB; 2 repeats
+    python benchmarks/kineto_import.py --sizes 20,50 --repeats 3 --no-hta
+
+HolisticTraceAnalysis (PyPI ``HolisticTraceAnalysis``, the ``bench`` extra) loads with its default
+JSON parser backend (``TraceAnalysis(trace_dir=...)``); ``--hta-backend ijson_batch_and_compress``
+selects its iterative backend instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BYTES_PER_STEP = 86_000  # of a synthetic step with 100 kernels (measured), to size the files
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _peak_mb() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 1024  # ru_maxrss is KiB on Linux
+
+
+def child(tool: str, trace_dir: Path, out: Path, backend: str | None) -> None:
+    """Runs in the measured subprocess: import the libraries, then time one load of the trace."""
+    if tool == "fabricpace":
+        from fabricpace.importers.kineto import import_kineto
+
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        import_kineto(trace_dir, out)
+        seconds = time.perf_counter() - t0
+    else:
+        import logging
+
+        logging.disable(logging.CRITICAL)
+        from hta.configs.parser_config import ParserBackend, ParserConfig
+        from hta.trace_analysis import TraceAnalysis
+
+        if backend:
+            cfg = ParserConfig.get_default_cfg()
+            cfg.set_parser_backend(ParserBackend(backend))
+            ParserConfig.set_default_cfg(cfg)
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        TraceAnalysis(trace_dir=str(trace_dir))
+        seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "peak_mb": _peak_mb(), "baseline_mb": base}))
+
+
+def measure(tool: str, trace_dir: Path, work: Path, backend: str | None) -> dict[str, float]:
+    out = work / f"run-{tool}-{time.monotonic_ns()}"
+    cmd = [sys.executable, __file__, "--child", tool, str(trace_dir), str(out)]
+    if backend:
+        cmd += ["--hta-backend", backend]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    shutil.rmtree(out, ignore_errors=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{tool} failed on {trace_dir}:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def write_trace(folder: Path, size_mb: int) -> Path:
+    from fabricpace.importers.synthetic import SyntheticJob, write_job
+
+    folder.mkdir(parents=True, exist_ok=True)
+    steps = max(2, int(size_mb * 1e6 / BYTES_PER_STEP))
+    job = SyntheticJob(world_size=1, steps=steps, kernels_per_step=100, buckets_per_step=4)
+    return write_job(folder, job)[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="50,200,500", help="trace sizes in MB")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--no-hta", action="store_true", help="measure fabricpace only")
+    ap.add_argument("--hta-backend", default=None, help="HTA parser backend (default: its default, json)")
+    ap.add_argument("--workdir", default=None, help="where to write the traces (default: a temp dir)")
+    ap.add_argument("--child", nargs=3, metavar=("TOOL", "DIR", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]), Path(args.child[2]), args.hta_backend)
+        return
+    tools = ["fabricpace"] if args.no_hta else ["fabricpace", "hta"]
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kineto-bench-"))
+    results: dict[tuple[int, str], list[dict[str, float]]] = {}
+    sizes = [int(s) for s in args.sizes.split(",")]
+    try:
+        actual: dict[int, float] = {}
+        for size in sizes:
+            path = write_trace(work / f"{size}MB", size)
+            actual[size] = path.stat().st_size / 1e6
+            print(f"# wrote {path} ({actual[size]:.0f} MB)", file=sys.stderr)
+            for rep in range(args.repeats):
+                order = tools if rep % 2 == 0 else tools[::-1]
+                for tool in order:
+                    m = measure(tool, path.parent, work, args.hta_backend if tool == "hta" else None)
+                    results.setdefault((size, tool), []).append(m)
+                    print(f"# {size} MB {tool}: {m['seconds']:.2f} s, peak {m['peak_mb']:.0f} MB", file=sys.stderr)
+            path.unlink()
+        hta_name = f"HTA ({args.hta_backend or 'json'})"
+        print(f"\nKineto import, median of {args.repeats} interleaved runs (one fresh process each)\n")
+        print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA | memory vs HTA |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for size in sizes:
+            med = {}
+            for tool in tools:
+                runs = results[(size, tool)]
+                med[tool] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            for tool in tools:
+                m = med[tool]
+                speed = actual[size] / m["seconds"]
+                extra = m["peak_mb"] - m["baseline_mb"]
+                ratio_s = ratio_m = ""
+                if tool == "fabricpace" and "hta" in med:
+                    ratio_s = f"{med['hta']['seconds'] / m['seconds']:.2f}×"
+                    hta_extra = med["hta"]["peak_mb"] - med["hta"]["baseline_mb"]
+                    ratio_m = f"{extra / hta_extra:.3f}×" if hta_extra > 0 else ""
+                name = hta_name if tool == "hta" else "fabricpace"
+                print(f"| {actual[size]:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | {m['peak_mb']:.0f} | "
+                      f"{extra:.0f} | {ratio_s} | {ratio_m} |")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
