@@ -1,4 +1,4 @@
-"""Kineto trace import: throughput (MB/s) and peak memory against file size, fabricpace vs HolisticTraceAnalysis.
+"""Kineto trace import: MB/s and peak memory against file size, fabricpace vs HolisticTraceAnalysis.
 
 For each size a synthetic single-rank PyTorch-profiler trace is written in the real layout
 (``fabricpace.importers.synthetic``: ProfilerStep annotations, cpu ops, runtime launches, GEMM and NCCL
@@ -122,11 +122,13 @@ def main() -> None:
                 for tool in order:
                     m = measure(tool, path.parent, work, args.hta_backend if tool == "hta" else None)
                     results.setdefault((size, tool), []).append(m)
-                    print(f"# {size} MB {tool}: {m['seconds']:.2f} s, peak {m['peak_mb']:.0f} MB", file=sys.stderr)
+                    note = f"# {size} MB {tool}: {m['seconds']:.2f} s, peak {m['peak_mb']:.0f} MB"
+                    print(note, file=sys.stderr, flush=True)
             path.unlink()
         hta_name = f"HTA ({args.hta_backend or 'json'})"
         print(f"\nKineto import, median of {args.repeats} interleaved runs (one fresh process each)\n")
-        print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA | memory vs HTA |")
+        print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA "
+              "| memory vs HTA |")
         print("|---:|---|---:|---:|---:|---:|---:|---:|")
         for size in sizes:
             med = {}
@@ -143,8 +145,8 @@ def main() -> None:
                     hta_extra = med["hta"]["peak_mb"] - med["hta"]["baseline_mb"]
                     ratio_m = f"{extra / hta_extra:.3f}×" if hta_extra > 0 else ""
                 name = hta_name if tool == "hta" else "fabricpace"
-                print(f"| {actual[size]:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | {m['peak_mb']:.0f} | "
-                      f"{extra:.0f} | {ratio_s} | {ratio_m} |")
+                print(f"| {actual[size]:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | "
+                      f"{m['peak_mb']:.0f} | {extra:.0f} | {ratio_s} | {ratio_m} |")
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
