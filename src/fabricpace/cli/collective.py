@@ -158,6 +158,8 @@ def register(app: typer.Typer) -> None:
                 str(d["bottleneck"]),
             )
         console = Console()
+        if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
+            console = Console(width=160)
         console.print(t)
         for e in explains:
             console.print(e["text"])

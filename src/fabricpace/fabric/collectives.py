@@ -16,6 +16,8 @@ Model (S = bytes as nccl-tests counts them)::
   NCCL's tuning model (src/graph/tuning.cc): a ring all-reduce crosses 2(n-1) hops, 2(N-1) of them on
   the network (ring latency grows with the rank count); a tree crosses (g-1) NVLink hops and log2(N)
   network levels twice; NVLS-tree reduces inside the node in the NVSwitch, then runs a tree across nodes.
+  A tree hop moves a bigger pipeline chunk than a ring step, so its hop latency is scaled by NCCL's
+  tree/ring latency ratios (Simple: 50/9.6 on the network, 28/3.4 on NVLink).
 * protocols: LL (a quarter of the bandwidth, lowest latency), LL128 (120/128 of it), Simple (full
   bandwidth) -- NCCL's bandwidth and latency ratios.
 
@@ -46,6 +48,10 @@ _PROTO_BW = {"LL": 0.25, "LL128": 120.0 / 128.0, "Simple": 1.0}
 _PROTO_NET = {"LL": 2.7 / 9.6, "LL128": 4.0 / 9.6, "Simple": 1.0}
 _PROTO_INTRA = {"LL": 0.47 / 3.4, "LL128": 1.9 / 3.4, "Simple": 1.0}
 _PROTO_BASE = {"LL": 3.6 / 8.4, "LL128": 10.0 / 8.4, "Simple": 1.0}
+# A tree moves bigger pipeline chunks per hop than a ring ("Tree/Simple is the latency a 256kB chunk"):
+# NCCL's per-hop tree latency relative to its ring latency, network and NVLink, per protocol.
+_TREE_NET = {"LL": 5.0 / 2.7, "LL128": 8.5 / 4.0, "Simple": 50.0 / 9.6}
+_TREE_INTRA = {"LL": 0.52 / 0.47, "LL128": 1.2 / 1.9, "Simple": 28.0 / 3.4}
 
 LinkScale = float | np.ndarray | Mapping[str, float] | None
 
@@ -189,9 +195,9 @@ def _latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: 
     if algorithm == "p2p":
         us = base + (nodes - 1) * net + (g - 1) * intra
     elif algorithm == "tree":
-        us = base + 2 * ((g - 1) * intra + levels * net)
+        us = base + 2 * ((g - 1) * intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol])
     elif algorithm == "nvls_tree":
-        us = base + 2 * (intra + levels * net)
+        us = base + 2 * (intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol])
     elif algorithm == "nvls":
         us = base + 2 * intra
     elif algorithm == "hierarchical":

@@ -3,8 +3,8 @@ which NICs, and how many bytes (per byte of S) each carries; plus their load on 
 
 * ring: one ring per channel over the nodes in order; channel c leaves each node from GPU c mod g on that
   GPU's rail, so channels spread evenly over the NICs; each ring edge carries factor(op) / C of S.
-* tree: NCCL's double binary tree idea -- two complementary binary trees over the nodes, each carrying
-  half of S, up (reduce) and down (broadcast).
+* tree: NCCL's double binary tree idea -- an in-order binary tree over the nodes and its mirror image,
+  each carrying half of S, up (reduce) and down (broadcast).
 * all-to-all: every node pair, spread over the NICs (PXN puts the traffic on the destination's rail).
 
 Cross-leaf connections are returned separately so that ECMP can hash them (see collectives.py).
@@ -129,19 +129,34 @@ def ring_pattern(cluster: Cluster, topo: Topology, op: str, nodes: int, g: int, 
     return Pattern(fixed + f, xa, xb, xbytes, flows + fl)
 
 
+def _inorder_parents(nodes: int) -> np.ndarray:
+    """Parent of every node in an in-order binary tree over 0..N-1 (the shape NCCL's btree uses): a
+    node's lowest set bit b gives its level; its parent is (r xor b) | 2b, or r xor b past the end.
+    Subtrees are contiguous ranges of nodes, so most edges stay inside a leaf. Node 0 is the root."""
+    r = np.arange(nodes, dtype=np.int64)
+    par = np.full(nodes, -1, dtype=np.int64)
+    if nodes < 2:
+        return par
+    low = r[1:] & -r[1:]
+    up = (r[1:] ^ low) | (low << 1)
+    par[1:] = np.where(up < nodes, up, r[1:] ^ low)
+    return par
+
+
 def _btree_parents(nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two complementary binary trees over nodes (NCCL's double binary tree idea): heap order over
-    0..N-1 and over the reversed order, so leaves of one are interior in the other."""
-    order0 = np.arange(nodes)
-    order1 = order0[::-1]
-    parents = []
-    for order in (order0, order1):
-        pos = np.arange(nodes)
-        parent_pos = (pos - 1) // 2
-        par = np.full(nodes, -1)
-        par[order[1:]] = order[parent_pos[1:]]
-        parents.append(par)
-    return parents[0], parents[1]
+    """NCCL's double binary tree idea: the in-order tree and its mirror image (shifted by one node when N
+    is odd), so that most leaves of one tree are interior nodes of the other."""
+    t0 = _inorder_parents(nodes)
+    r = np.arange(nodes)
+    if nodes % 2 == 0:
+        src = nodes - 1 - r
+        p = t0[src]
+        t1 = np.where(p >= 0, nodes - 1 - p, -1)
+    else:
+        src = (r - 1) % nodes
+        p = t0[src]
+        t1 = np.where(p >= 0, (p + 1) % nodes, -1)
+    return t0, t1
 
 
 def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
@@ -149,12 +164,13 @@ def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
     Each tree carries half of S over half of the channels, up (reduce) and down (broadcast)."""
     C = channels(cluster)
     srcs, dsts, nics, byts = [], [], [], []
-    for t, par in enumerate(_btree_parents(nodes)):
+    for par in _btree_parents(nodes):
         child = np.nonzero(par >= 0)[0]
-        chans = np.arange(t, C, 2) if C > 1 else np.array([0])
-        per = 0.5 / chans.size
-        for c in chans:
-            nic = _nic_of_channel(cluster, np.full(child.size, c % g), np.full(child.size, c))
+        n_chan = max(1, C // 2)  # even channels run tree 0, odd channels tree 1
+        per = 0.5 / n_chan
+        for k in range(n_chan):
+            # the k-th channel of each tree leaves from GPU k mod g, so both trees use every rail
+            nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, k))
             srcs += [child, par[child]]
             dsts += [par[child], child]
             nics += [nic, nic]
