@@ -41,7 +41,9 @@ def register(app: typer.Typer) -> None:
         nodes: str = typer.Option("2,4,8,16,32", "--nodes", help="node counts, comma-separated"),
         sizes: str = typer.Option("32M,128M,1G,8G", "--sizes", help="sizes as nccl-tests counts them"),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs used per node"),
-        algorithm: str | None = typer.Option(None, "--algorithm", help="force ring|tree|hierarchical|nvls"),
+        algorithm: str | None = typer.Option(
+            None, "--algorithm", help="force ring|tree|nvls|nvls_tree|hierarchical (all_reduce)"
+        ),
         protocol: str | None = typer.Option(None, "--protocol", help="force LL|LL128|Simple"),
         calibrate: list[str] | None = typer.Option(
             None, "--calibrate", help="nccl-tests logs to fit the model to (repeat, or comma-separate)"
@@ -101,17 +103,22 @@ def register(app: typer.Typer) -> None:
                 if explain:
                     from fabricpace.fabric.explain import explain_collective
 
-                    explains.append(
-                        explain_collective(
-                            cl,
-                            op,
-                            s,
-                            nodes=n,
-                            gpus_per_node=gpus_per_node,
-                            algorithm=r.algorithm,
-                            seed=cl.network.ecmp_seed if seed is None else seed,
-                        )
+                    ex = explain_collective(
+                        cl,
+                        op,
+                        s,
+                        nodes=n,
+                        gpus_per_node=gpus_per_node,
+                        algorithm=r.algorithm,
+                        seed=cl.network.ecmp_seed if seed is None else seed,
                     )
+                    # the model's bottleneck may sit outside the network (NVLink, the NVSwitch)
+                    ex["model_bottleneck"] = r.bottleneck
+                    ex["text"] += (
+                        f"\n  model: {r.algorithm}/{r.protocol}, {r.time_s * 1e6:.1f} us, latency "
+                        f"{r.latency_s * 1e6:.1f} us, bottleneck {r.bottleneck}"
+                    )
+                    explains.append(ex)
         if fmt == "json":
             out = [{k: d[k] for k in (*_KEYS, "latency_us", "bottleneck", "bottleneck_flows")} for d in rows]
             if explain:
