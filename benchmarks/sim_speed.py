@@ -22,10 +22,15 @@ def _dir_mb(path: Path) -> float:
 
 
 def run_case(cluster: str, workload: str, nodes: int, steps: int, noise: str | None) -> dict[str, float]:
+    from fabricpace.fabric import load_cluster
+
+    cl = load_cluster(cluster)
+    if cl.nodes < nodes:  # same fabric design, more leaves
+        cl = cl.model_copy(update={"nodes": nodes})
     tmp = Path(tempfile.mkdtemp(prefix="fp-simspeed-"))
     try:
         t0 = time.perf_counter()
-        out = simulate(cluster, workload, noise, nodes=nodes, steps=steps, seed=1, out_dir=tmp / "run")
+        out = simulate(cl, workload, noise, nodes=nodes, steps=steps, seed=1, out_dir=tmp / "run")
         wall = time.perf_counter() - t0
         size = _dir_mb(out)
     finally:
@@ -37,26 +42,29 @@ def run_case(cluster: str, workload: str, nodes: int, steps: int, noise: str | N
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="only the 16-node case")
-    ap.add_argument("--workload", nargs="+", default=["gpt-1.3b", "resnet-50"])
-    ap.add_argument("--cluster", default="roce-leaf-spine-2to1")
+    ap.add_argument("--workload", nargs="+", default=["paper", "gpt-1.3b", "resnet-50"],
+                    help="workload presets or files; 'paper' = the paper scenario's workload")
+    ap.add_argument("--cluster", default=None, help="cluster (default: the paper scenario's, enlarged)")
     ap.add_argument("--noise", default=None, help="noise file (default: the paper scenario's)")
     args = ap.parse_args()
-    noise = args.noise
-    if noise is None:
-        from fabricpace.study.scenario import load_scenario
+    from fabricpace.study.scenario import load_scenario
 
-        noise = load_scenario("paper").noise
+    paper = load_scenario("paper")
+    noise = args.noise if args.noise is not None else paper.noise
+    if args.cluster is None:
+        args.cluster = paper.cluster
     cases = [(16, 1000, 10.0)] + ([] if args.quick else [(1024, 100, 120.0)])
     # warm the imports (polars, pyarrow, pandas via pyarrow) so the first case is not charged for them
     run_case(args.cluster, "resnet-50", 1, 5, None)
     print(f"cluster {args.cluster}, noise {noise}")
     print(f"{'workload':<12} {'nodes':>6} {'GPUs':>6} {'steps':>6} {'wall s':>8} {'target s':>8} "
           f"{'GPU-steps/s':>12} {'run dir MB':>10}")
-    for wl in args.workload:
+    for name in args.workload:
+        wl = paper.workload if name == "paper" else name
         for nodes, steps, target in cases:
             r = run_case(args.cluster, wl, nodes, steps, noise)
             verdict = "ok" if r["wall_s"] < target else "MISSED"
-            print(f"{wl:<12} {nodes:>6} {nodes * 8:>6} {steps:>6} {r['wall_s']:>8.1f} {target:>8.0f} "
+            print(f"{name:<12} {nodes:>6} {nodes * 8:>6} {steps:>6} {r['wall_s']:>8.1f} {target:>8.0f} "
                   f"{r['gpu_steps_per_s']:>12,.0f} {r['mb']:>10.1f}  {verdict}", flush=True)
 
 

@@ -51,7 +51,7 @@ def _fmt_ci(row: dict[str, Any]) -> str:
     ci = row.get("throughput_ci")
     if not ci:
         return f"{row['throughput']:.0f}"
-    return f"{row['throughput']:.0f} [{ci[0]:.0f}, {ci[1]:.0f}]"
+    return f"{row['throughput']:.0f} ± {(ci[1] - ci[0]) / 2:.0f}"
 
 
 def _fmt_delta(row: dict[str, Any]) -> str:
@@ -61,16 +61,17 @@ def _fmt_delta(row: dict[str, Any]) -> str:
     ci = row.get("delta_ci_pct")
     if not ci:
         return f"{d:+.1f}%"
+    # A CI that contains 0 is "no change" (within noise), whatever the point estimate says.
     verdict = "" if ci[0] > 0 or ci[1] < 0 else " (no change)"
-    return f"{d:+.1f}% [{ci[0]:+.1f}, {ci[1]:+.1f}]{verdict}"
+    return f"{d:+.1f}% ± {(ci[1] - ci[0]) / 2:.1f}{verdict}"
 
 
 def study_table(rows: list[dict[str, Any]], title: str) -> Any:
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("nodes", "mode", "throughput (samples/s, 95% CI)", "CV", "efficiency", "Δ vs baseline"):
-        t.add_column(col, justify="right" if col not in ("mode",) else "left")
+    for col in ("nodes", "mode", "samples/s ± 95% CI", "CV", "efficiency", "Δ vs baseline ± 95% CI"):
+        t.add_column(col, justify="right" if col != "mode" else "left", no_wrap=True)
     for r in sorted(rows, key=lambda r: (r["nodes"], r["mode"] != "baseline")):
         eff = "—" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
         t.add_row(str(r["nodes"]), r["mode"], _fmt_ci(r), f"{r['cv']:.3f}", eff, _fmt_delta(r))

@@ -4,8 +4,8 @@
 diagnosis and reports read exactly like a real one. See docs/simulator.md.
 """
 
+from fabricpace.sim.loop import SimOptions, simulate
 from fabricpace.sim.noise import Noise, load_noise
-from fabricpace.sim.simulate import SimOptions, simulate
 from fabricpace.sim.workload import Workload, load_workload
 
 __all__ = ["Noise", "SimOptions", "Workload", "load_noise", "load_workload", "simulate"]
