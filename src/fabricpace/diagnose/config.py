@@ -36,6 +36,7 @@ class DiagnoseConfig:
     contention_baseline_quantile: float = 0.10  # quiet baseline: this quantile of a collective's times
     contention_concentration: float = 0.7  # share of the excess that must sit on cross-leaf groups
     contention_runs_z: float = -4.0  # runs-test z below which inflated steps cluster in periods
+    contention_min_period_steps: int = 5  # a period of foreign traffic spans at least this many steps
 
     # input stall: data-loader wait.
     input_min_share: float = 0.10  # fleet-wide data time, share of step time

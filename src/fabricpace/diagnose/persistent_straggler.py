@@ -110,12 +110,14 @@ def culprit_finding(
 
 
 def _score(m: RunMetrics, rows: np.ndarray) -> float | None:
-    """Fleet median / own median of per-step own work (NVIDIA's straggler score; < 1 means slower)."""
+    """Median own work of the other ranks / the culprits' (NVIDIA's straggler score; < 1 = slower)."""
     if m.work is None:
         return None
-    with np.errstate(all="ignore"):
-        own = float(nanmedian(m.work[rows]))
-        fleet = float(nanmedian(m.work))
+    others = np.setdiff1d(np.arange(m.n_ranks), rows)
+    if others.size == 0:
+        return None
+    own = float(nanmedian(m.work[rows]))
+    fleet = float(nanmedian(m.work[others]))
     return fleet / own if own > 0 else None
 
 
