@@ -183,7 +183,9 @@ def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | No
         except ImportError:
             timeline_figure = None
         if timeline_figure is not None:
-            out.append(_fig_html(timeline_figure(run, window), f"phases-{idx}"))
+            phases = timeline_figure(run, window)
+            phases.update_layout(legend={"orientation": "h", "y": -0.35}, margin={"b": 90})
+            out.append(_fig_html(phases, f"phases-{idx}"))
         out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
     return out
 
