@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bucket-mb", type=float, default=0.25, help="DDP bucket cap in MB (default 0.25)")
     p.add_argument("--run-dir", default=os.environ.get("FABRICPACE_RUN_DIR", "runs/ddp-example"))
     p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
-    p.add_argument("--flush-every", type=int, default=50, help="steps per written chunk (default 50)")
+    p.add_argument("--flush-every", type=int, default=50, help="min steps per written chunk (default 50)")
+    p.add_argument("--flush-interval", type=float, default=5.0, help="min seconds between chunks (default 5)")
     p.add_argument("--pacing", default="off", help="pacing mode (default off)")
     p.add_argument("--slow-rank", type=int, default=-1, help="rank that sleeps in every step")
     p.add_argument("--slow-ms", type=float, default=0.0, help="sleep of the slow rank per step, ms")
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
 
         obs = fabricpace.observe(model, run_dir=args.run_dir, pacing=args.pacing, window=args.window,
                                  metrics_port=args.metrics_port,
-                                 config=ObserverConfig(flush_every=args.flush_every))
+                                 config=ObserverConfig(flush_every=args.flush_every,
+                                                       flush_interval_s=args.flush_interval))
         ctx = obs
     t0 = time.perf_counter()
     with ctx:

@@ -91,7 +91,7 @@ def session_a(rank: int, out: Path, result: dict) -> None:
     plain = DDP(model(), bucket_cap_mb=0.02)
     seen = DDP(model(), bucket_cap_mb=0.02)
     pacer = TinyPacer()
-    cfg = ObserverConfig(flush_mode="main", flush_every=4, status_line=False)
+    cfg = ObserverConfig(flush_mode="main", flush_every=4, flush_interval_s=0, status_line=False)
     gen = torch.Generator().manual_seed(10 + rank)
     equal = []
     with fabricpace.observe(seen, run_dir=out / "a", pacing=pacer, window=5, config=cfg,
@@ -119,7 +119,7 @@ def session_a(rank: int, out: Path, result: dict) -> None:
 def session_b(rank: int, out: Path, result: dict, port: int) -> None:
     m = DDP(model(1), bucket_cap_mb=0.02)
     pacer = BrokenPacer()
-    cfg = ObserverConfig(status_line=False, flush_every=10)
+    cfg = ObserverConfig(status_line=False, flush_every=10, flush_interval_s=0)
     gen = torch.Generator().manual_seed(20 + rank)
     metrics = ""
     with fabricpace.observe(m, run_dir=out / "b", pacing=pacer, window=10, config=cfg,
@@ -150,8 +150,8 @@ def session_c(rank: int, out: Path, result: dict) -> None:
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(30 + rank)
     losses = []
-    with fabricpace.observe(m, run_dir=out / "readonly", window=5,
-                            config=ObserverConfig(status_line=False, flush_every=3)) as obs:
+    cfg = ObserverConfig(status_line=False, flush_every=3, flush_interval_s=0)
+    with fabricpace.observe(m, run_dir=out / "readonly", window=5, config=cfg) as obs:
         for _ in range(12):
             with obs.step(samples=8):
                 loss = m(torch.randn(8, 32, generator=gen)).square().mean()

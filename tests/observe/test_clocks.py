@@ -42,10 +42,12 @@ def test_event_path_resolves_late_without_synchronize_on_the_hot_path():
         rec.exit(c)
         rec.end(data=0, gc=0, gc_count=0, paced=0, samples=4)
     # The device runs `lag` behind: the last steps are still pending right after they ended.
+    rec.drain()
     assert len(rec.step_rows) < 6
     assert src.sync_calls == 1
     time.sleep(lag / 1e9 * 2)
     rec.poll()
+    rec.drain()
     assert [r[0] for r in rec.step_rows] == list(range(6))
     assert src.sync_calls == 1
     # Resolved stamps equal the fake device times (float32 elapsed_time keeps µs resolution per step).

@@ -14,7 +14,7 @@ import fabricpace
 from fabricpace import ConfigError
 from fabricpace.observe import Observer, ObserverConfig, observe
 
-CFG = ObserverConfig(status_line=False, flush_every=4)
+CFG = ObserverConfig(status_line=False, flush_every=4, flush_interval_s=0)
 
 
 class Pacer:
@@ -73,7 +73,7 @@ def test_single_process_run_is_recorded_and_complete(tmp_path):
 
 def test_pacer_receives_hook_calls_and_sets_batch(tmp_path, capsys):
     pacer = Pacer()
-    cfg = ObserverConfig(status_line=True, flush_every=4)
+    cfg = ObserverConfig(status_line=True, flush_every=4, flush_interval_s=0)
     with observe(None, tmp_path / "p", pacing=pacer, window=3, config=cfg) as obs:
         _train(obs, 6)
     assert pacer.calls.count("on_step_start") == pacer.calls.count("on_step_end") == 6

@@ -39,7 +39,8 @@ def _kill(pids: list[int]) -> None:
 def test_sigkill_mid_run_leaves_readable_run_dir(tmp_path):
     run = tmp_path / "killed"
     cmd = [sys.executable, "-m", "fabricpace.cli.app", "run", "--nproc", "4", "--run-dir", str(run), "--",
-           str(EXAMPLE), "--steps", "3000", "--window", "10", "--flush-every", "5", "--hidden", "64"]
+           str(EXAMPLE), "--steps", "3000", "--window", "10", "--flush-every", "5", "--flush-interval", "0",
+           "--hidden", "64"]
     # A new session: the job (torchrun and its 4 workers) is one process group we can kill at once.
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -81,3 +81,36 @@ def test_step_metrics_overlapped_and_blocking():
     _, wait, comm = step_metrics(0, 100, [(80, 90, True)], data=0, gc=0, paced=0)
     assert (wait, comm) == (10, 10)
     assert step_metrics(0, 10, [], data=20, gc=0, paced=0) == (0, 0, 0)
+
+
+def test_batch_finalize_matches_per_step_definition():
+    from fabricpace.observe.recorder import finalize
+
+    rng = np.random.default_rng(3)
+    records, expected = [], []
+    for s in range(40):
+        t0 = s * 10_000
+        colls, ivs = [], []
+        for _ in range(int(rng.integers(0, 5))):
+            e = t0 + int(rng.integers(-500, 8000))
+            x = e + int(rng.integers(0, 3000))
+            b = bool(rng.integers(0, 2))
+            colls.append([0, "g", "op", 1, e, x, b])
+            ivs.append((e, x, b))
+        records.append((s, t0, t0 + 9000, 10, 20, 0, 30, 4, colls))
+        # reference: straightforward per-step definition
+        ov = [(e, x) for e, x, b in ivs if not b]
+        wait = max(0, max(x for _, x in ov) - max(e for e, _ in ov)) if ov else 0
+        wait += sum(x - e for e, x, b in ivs if b)
+        pts = sorted((e, x) for e, x, _ in ivs)
+        comm, cur = 0, None
+        for e, x in pts:
+            if cur is None or e > cur[1]:
+                comm += 0 if cur is None else cur[1] - cur[0]
+                cur = [e, x]
+            else:
+                cur[1] = max(cur[1], x)
+        comm += 0 if cur is None else cur[1] - cur[0]
+        expected.append((wait, comm, max(0, 9000 - wait - 10 - 20 - 30)))
+    rows, _ = finalize(records)
+    assert [(r[4], r[5], r[3]) for r in rows] == expected

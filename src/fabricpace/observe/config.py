@@ -17,8 +17,13 @@ class ObserverConfig:
 
     # Steps per window: one fixed-size all-gather of window summaries every `window` steps.
     window: int = 50
-    # Steps buffered per chunk before handing them to the writer (a chunk is one Parquet part).
+    # A chunk (one Parquet part per table) is handed to the writer once at least `flush_every` steps
+    # AND `flush_interval_s` seconds have passed (or `flush_max_steps` steps are buffered): encoding
+    # a part costs milliseconds of CPU, so fast jobs write one part per interval, not per 50 steps.
+    # A SIGKILL loses at most the rows since the last part (about `flush_interval_s`).
     flush_every: int = 50
+    flush_interval_s: float = 5.0
+    flush_max_steps: int = 5000
     # "thread": a background thread writes chunks (main thread only swaps buffers);
     # "main": the main thread writes them (deterministic, for tests and debugging).
     flush_mode: str = "thread"
@@ -45,6 +50,10 @@ class ObserverConfig:
         for name in ("window", "flush_every", "arrival_slots", "clock_rounds"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"ObserverConfig.{name} must be >= 1 (got {getattr(self, name)!r})")
+        if self.flush_interval_s < 0 or self.flush_max_steps < self.flush_every:
+            raise ConfigError(
+                "ObserverConfig: flush_interval_s must be >= 0 and flush_max_steps >= flush_every"
+            )
         if self.clock_every < 0:
             raise ConfigError(f"ObserverConfig.clock_every must be >= 0 (got {self.clock_every!r})")
         if self.flush_mode not in ("thread", "main"):

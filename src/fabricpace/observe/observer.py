@@ -134,6 +134,7 @@ class Observer:
         self._gc_t = 0
         self._samples = 0
         self._steps_in_chunk = 0
+        self._last_flush = time.monotonic()
         self._steps_in_window = 0
         self._window_index = 0
         self._group: Any = None
@@ -333,7 +334,11 @@ class Observer:
                 self.recorder.end(self._data_ns, self._gc_ns - self._gc0, self._gc_count - self._gcc0,
                                   paced, self._samples)
                 self._steps_in_chunk += 1
-                if self._steps_in_chunk >= self.config.flush_every:
+                cfg = self.config
+                if self._steps_in_chunk >= cfg.flush_every and (
+                    time.monotonic() - self._last_flush >= cfg.flush_interval_s
+                    or self._steps_in_chunk >= cfg.flush_max_steps
+                ):
                     self._flush()
             except Exception as exc:
                 self._fail_recording(exc)
@@ -351,6 +356,7 @@ class Observer:
     # ------------------------------------------------------------------ chunks and windows
     def _flush(self) -> None:
         self._steps_in_chunk = 0
+        self._last_flush = time.monotonic()
         s, c, o = self.recorder.take_chunk()
         self.sink.submit({"steps": s, "collectives": c, "ops": o}, self.base_ns)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 # Row layouts (local clock; aligned when written or summarized).
 # step row: (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
 # coll row: (step, seq, group, op, nbytes, t_enter, t_exit | None)
@@ -31,32 +33,60 @@ COLL_FIELDS = ("step", "seq", "group", "op", "bytes", "t_enter", "t_exit")
 _SEQ, _GROUP, _OP, _BYTES, _ENTER, _EXIT, _BLOCKING = range(7)
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Total length of the union of [start, end] intervals."""
-    if not intervals:
-        return 0
-    intervals.sort()
-    total = 0
-    cur_s, cur_e = intervals[0]
-    for s, e in intervals[1:]:
-        if s > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    return total + cur_e - cur_s
-
-
 def step_metrics(
     t_start: int, t_end: int, colls: list[tuple[int, int, bool]], data: int, gc: int, paced: int
 ) -> tuple[int, int, int]:
     """(compute, wait, comm) of one step from its collectives' (enter, exit, blocking) stamps."""
-    overlapped = [(e, x) for e, x, b in colls if not b]
-    wait = max(0, max(x for _, x in overlapped) - max(e for e, _ in overlapped)) if overlapped else 0
-    wait += sum(x - e for e, x, b in colls if b)
-    comm = _union_ns([(e, x) for e, x, _ in colls])
-    compute = max(0, (t_end - t_start) - wait - data - gc - paced)
-    return compute, wait, comm
+    rec = (0, t_start, t_end, data, gc, 0, paced, 0, [[0, "", "", 0, e, x, b] for e, x, b in colls])
+    row = finalize([rec])[0][0]
+    return row[3], row[4], row[5]
+
+
+def finalize(records: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Step rows and collective rows of ended steps, vectorized over the whole batch.
+
+    A record is ``(step, t_start, t_end, data, gc, gc_count, paced, samples, colls)`` with resolved
+    stamps. Runs at flush/window time, so the per-step hot path is only list appends.
+    """
+    if not records:
+        return [], []
+    head = np.array([r[:8] for r in records], dtype=np.int64).reshape(-1, 8)
+    step, t_start, t_end, data, gc, gc_count, paced, samples = head.T
+    coll_rows = [(r[0], c[0], c[1], c[2], c[3], c[4], c[5]) for r in records for c in r[8]]
+    flat = [(k, c[_ENTER], c[_EXIT], c[_BLOCKING]) for k, r in enumerate(records) for c in r[8]
+            if c[_EXIT] is not None]
+    n = len(records)
+    wait = np.zeros(n, dtype=np.int64)
+    comm = np.zeros(n, dtype=np.int64)
+    if flat:
+        arr = np.array(flat, dtype=np.int64)
+        k, enter, exit_, blocking = arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(bool)
+        # Overlapped (DDP buckets): from the last arrival (own compute done) to the last completion.
+        ov = ~blocking
+        last_in = np.full(n, np.iinfo(np.int64).min)
+        last_out = np.full(n, np.iinfo(np.int64).min)
+        np.maximum.at(last_in, k[ov], enter[ov])
+        np.maximum.at(last_out, k[ov], exit_[ov])
+        has = np.bincount(k[ov], minlength=n) > 0
+        wait[has] = np.maximum(0, last_out[has] - last_in[has])
+        # Blocking collectives: their whole duration.
+        wait += np.bincount(k[blocking], weights=(exit_ - enter)[blocking], minlength=n).astype(np.int64)
+        # comm = union of in-flight intervals per step: sort by (step, enter); shift each step's times
+        # by k * span so one running maximum never leaks across steps.
+        rel_in = enter - t_start[k]
+        rel_out = exit_ - t_start[k]
+        span = int(max(rel_out.max(), rel_in.max(), 0)) - int(min(rel_in.min(), 0)) + 1
+        base = k * span - int(min(rel_in.min(), 0))
+        order = np.lexsort((rel_in, k))
+        s_in, s_out, s_k = rel_in[order] + base[order], rel_out[order] + base[order], k[order]
+        prev_max = np.maximum.accumulate(s_out)
+        prev = np.concatenate(([np.iinfo(np.int64).min], prev_max[:-1]))
+        covered = np.maximum(0, s_out - np.maximum(s_in, prev))
+        comm = np.bincount(s_k, weights=covered, minlength=n).astype(np.int64)
+    compute = np.maximum(0, (t_end - t_start) - wait - data - gc - paced)
+    cols = (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
+    step_rows = list(zip(*(c.tolist() for c in cols), strict=True))
+    return step_rows, coll_rows
 
 
 class Recorder:
@@ -70,6 +100,7 @@ class Recorder:
         self._colls: list[list[Any]] = []  # collectives of the running step (or between steps)
         self._pending: list[tuple[Any, ...]] = []  # ended steps waiting for their stamps (CUDA)
         self._start: Any = None
+        self._ended: list[tuple[Any, ...]] = []  # ended steps with resolved stamps, not yet finalized
         # Finalized rows, handed to the writer (chunks) and the window summary.
         self.step_rows: list[tuple[Any, ...]] = []
         self.coll_rows: list[tuple[Any, ...]] = []
@@ -100,7 +131,7 @@ class Recorder:
             self._pending.append(rec)
             self.poll()
         else:
-            self._finalize(rec, rec[1], rec[2], [(c[_ENTER], c[_EXIT]) for c in colls])
+            self._ended.append(rec)
 
     def poll(self) -> None:
         """Finalize ended steps whose device events completed, in step order (CUDA path)."""
@@ -112,35 +143,35 @@ class Recorder:
                 return
             t_start = tl.resolve_anchor(rec[1])
             t_end = tl.resolve(rec[2])
-            stamps = [(tl.resolve(c[_ENTER]), tl.resolve(c[_EXIT])) for c in colls]
+            for c in colls:
+                c[_ENTER], c[_EXIT] = tl.resolve(c[_ENTER]), tl.resolve(c[_EXIT])
             self._pending.pop(0)
-            self._finalize(rec, t_start, t_end, stamps)
+            self._ended.append((rec[0], t_start, t_end, *rec[3:]))
 
-    def _finalize(
-        self, rec: tuple[Any, ...], t_start: int, t_end: int, stamps: list[tuple[Any, Any]]
-    ) -> None:
-        step, _, _, data, gc, gc_count, paced, samples, colls = rec
-        done = [(e, x, c[_BLOCKING]) for (e, x), c in zip(stamps, colls, strict=True) if x is not None]
-        compute, wait, comm = step_metrics(t_start, t_end, done, data, gc, paced)
-        row = (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
-        self.step_rows.append(row)
-        self.win_steps.append(row)
-        for (e, x), c in zip(stamps, colls, strict=True):
-            crow = (step, c[_SEQ], c[_GROUP], c[_OP], c[_BYTES], e, x)
-            self.coll_rows.append(crow)
-            self.win_colls.append(crow)
+    def drain(self) -> None:
+        """Finalize ended steps into rows (main thread; called at flush and window time)."""
+        if not self._ended:
+            return
+        ended, self._ended = self._ended, []
+        steps, colls = finalize(ended)
+        self.step_rows.extend(steps)
+        self.win_steps.extend(steps)
+        self.coll_rows.extend(colls)
+        self.win_colls.extend(colls)
 
     def phase(self, name: str, t_start: int, dur: int) -> None:
         self.op_rows.append((self.step, name, t_start, dur))
 
     # ---- hand-off (main thread) ----
     def take_chunk(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """Swap out the finalized rows for the writer (O(1): list swaps)."""
+        """Swap out the finalized rows for the writer."""
+        self.drain()
         out = (self.step_rows, self.coll_rows, self.op_rows)
         self.step_rows, self.coll_rows, self.op_rows = [], [], []
         return out
 
     def take_window(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        self.drain()
         out = (self.win_steps, self.win_colls)
         self.win_steps, self.win_colls = [], []
         return out
