@@ -1,0 +1,28 @@
+"""The shipped `paper` scenario keeps the paper's qualitative baseline shape (short runs, one repeat)."""
+
+from __future__ import annotations
+
+from fabricpace.study import StudyPlan, load_scenario, run_study
+
+
+def test_paper_scenario_bends_and_gets_noisier(tmp_path):
+    sc = load_scenario("paper")
+    assert sc.study.nodes == [4, 8, 16]
+    plan = StudyPlan(
+        backend="sim",
+        nodes=(4, 16),
+        modes=("baseline",),
+        repeats=1,
+        steps=160,
+        warmup=30,
+        seed=1,
+        out_dir=tmp_path / "s",
+        cluster=sc.cluster,
+        workload=sc.workload,
+        noise=sc.noise,
+    )
+    rows = {r["nodes"]: r for r in run_study(plan).rows}
+    # Full study (3 repeats x 300 steps): efficiency 0.896 at 16 nodes, CV 0.014 -> 0.072 (docs/simulator.md).
+    assert rows[16]["efficiency"] < 0.93
+    assert rows[16]["cv"] > 2.5 * rows[4]["cv"]
+    assert 900 < rows[4]["throughput"] < 1150  # near the paper's 1024 samples/s at 4 nodes (calibration)
