@@ -65,7 +65,8 @@ def heatmap(run: RunData) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="rank", autorange="reversed")
     height = int(min(900, max(320, 14 * len(ranks) + 140)))
-    return _layout(fig, f"Per-rank step time (rank × step){binned}", height=height)
+    hint = " — buttons: own compute, wait for peers" if len(keys) > 1 else ""
+    return _layout(fig, f"Per-rank step time (rank × step){binned}{hint}", height=height)
 
 
 def skew_distribution(inst: pl.DataFrame) -> go.Figure:
@@ -95,7 +96,9 @@ def last_arrivers(share: pl.DataFrame) -> go.Figure:
     fig.add_hline(y=1.0 / n, line_dash="dash", line_color="#333",
                   annotation_text=f"1/N = {1.0 / n:.1%} (no persistent straggler)")
     fig.update_xaxes(title_text="rank", type="category" if n <= 64 else "linear")
-    fig.update_yaxes(title_text="share of instances where the rank arrived last", tickformat=".0%")
+    top = float(share["share"].max() or 0.0) if share.height else 0.0
+    fig.update_yaxes(title_text="share of instances where the rank arrived last",
+                     tickformat=".0%" if top >= 0.1 else ".1%")
     return _layout(fig, "Last-arriver share by rank")
 
 
