@@ -96,7 +96,7 @@ def last_arrivers(share: pl.DataFrame) -> go.Figure:
     fig.add_hline(y=1.0 / n, line_dash="dash", line_color="#333",
                   annotation_text=f"1/N = {1.0 / n:.1%} (no persistent straggler)")
     fig.update_xaxes(title_text="rank", type="category" if n <= 64 else "linear")
-    top = float(share["share"].max() or 0.0) if share.height else 0.0
+    top = float(share["share"].to_numpy().max()) if share.height else 0.0
     fig.update_yaxes(title_text="share of instances where the rank arrived last",
                      tickformat=".0%" if top >= 0.1 else ".1%")
     return _layout(fig, "Last-arriver share by rank")
