@@ -23,6 +23,7 @@ import polars as pl
 from fabricpace._errors import InputError
 from fabricpace.report import data as rd
 from fabricpace.report import figures
+from fabricpace.report.timeline import timeline_figure
 from fabricpace.run.reader import RunData, load_run
 
 _CSS = """
@@ -178,14 +179,9 @@ def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | No
     out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run)), f"breakdown-{idx}"))
     window = steps or default_steps(run)
     if window is not None:
-        try:  # the paper's Figure 2, shared with the study figures
-            from fabricpace.report.timeline import timeline_figure
-        except ImportError:
-            timeline_figure = None
-        if timeline_figure is not None:
-            phases = timeline_figure(run, window)
-            phases.update_layout(legend={"orientation": "h", "y": -0.35}, margin={"b": 90})
-            out.append(_fig_html(phases, f"phases-{idx}"))
+        phases = timeline_figure(run, window)  # the paper's Figure 2, shared with the study figures
+        phases.update_layout(legend={"orientation": "h", "y": -0.35}, margin={"b": 90})
+        out.append(_fig_html(phases, f"phases-{idx}"))
         out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
     return out
 
