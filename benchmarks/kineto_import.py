@@ -111,12 +111,16 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kineto-bench-"))
     results: dict[tuple[int, str], list[dict[str, float]]] = {}
     sizes = [int(s) for s in args.sizes.split(",")]
+    hta_name = f"HTA ({args.hta_backend or 'json'})"
+    print(f"Kineto import, median of {args.repeats} interleaved runs per size (one fresh process each)\n")
+    print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA "
+          "| memory vs HTA |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
     try:
-        actual: dict[int, float] = {}
         for size in sizes:
             path = write_trace(work / f"{size}MB", size)
-            actual[size] = path.stat().st_size / 1e6
-            print(f"# wrote {path} ({actual[size]:.0f} MB)", file=sys.stderr)
+            actual = path.stat().st_size / 1e6
+            print(f"# wrote {path} ({actual:.0f} MB)", file=sys.stderr, flush=True)
             for rep in range(args.repeats):
                 order = tools if rep % 2 == 0 else tools[::-1]
                 for tool in order:
@@ -125,28 +129,22 @@ def main() -> None:
                     note = f"# {size} MB {tool}: {m['seconds']:.2f} s, peak {m['peak_mb']:.0f} MB"
                     print(note, file=sys.stderr, flush=True)
             path.unlink()
-        hta_name = f"HTA ({args.hta_backend or 'json'})"
-        print(f"\nKineto import, median of {args.repeats} interleaved runs (one fresh process each)\n")
-        print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA "
-              "| memory vs HTA |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|")
-        for size in sizes:
             med = {}
             for tool in tools:
                 runs = results[(size, tool)]
                 med[tool] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            for tool in tools:
+            for tool in tools:  # a size's rows as soon as it is done: partial results survive
                 m = med[tool]
-                speed = actual[size] / m["seconds"]
+                speed = actual / m["seconds"]
                 extra = m["peak_mb"] - m["baseline_mb"]
                 ratio_s = ratio_m = ""
                 if tool == "fabricpace" and "hta" in med:
-                    ratio_s = f"{med['hta']['seconds'] / m['seconds']:.2f}×"
+                    ratio_s = f"{med['hta']['seconds'] / m['seconds']:.1f}×"
                     hta_extra = med["hta"]["peak_mb"] - med["hta"]["baseline_mb"]
                     ratio_m = f"{extra / hta_extra:.3f}×" if hta_extra > 0 else ""
                 name = hta_name if tool == "hta" else "fabricpace"
-                print(f"| {actual[size]:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | "
-                      f"{m['peak_mb']:.0f} | {extra:.0f} | {ratio_s} | {ratio_m} |")
+                print(f"| {actual:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | "
+                      f"{m['peak_mb']:.0f} | {extra:.0f} | {ratio_s} | {ratio_m} |", flush=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
