@@ -47,9 +47,9 @@ def make_run(out: Path, ranks: int, steps: int) -> Path:
         nodes_per_leaf=16,
         steps=steps,
         slow_ranks=tuple(range(40, 48)),
-        slow_factor=1.1,
-        gc_prob=0.02,
-        gc_ms=10,
+        slow_factor=1.3,
+        gc_prob=0.001,
+        gc_ms=20,
         seed=1,
     )
     write_synthetic(path, spec)
