@@ -76,6 +76,54 @@ def points_from_logs(
     return Points(np.array(op), np.array(nodes), np.array(gpn), np.array(nb, dtype=float), np.array(ts))
 
 
+def points_from_table(
+    path: str | Path,
+    op: str,
+    *,
+    gpus_per_node: int = 8,
+    min_bytes: int = 32 << 20,
+    max_bytes: int = 8 << 30,
+) -> Points:
+    """Points from a published table of nccl-tests results (CSV with the columns ``Nodes``, ``size(MB)``
+    and ``out algbw(GB/s)``; sizes in MiB, as nccl-tests' ``-b 32M`` means). The time is S / algbw, which
+    is how nccl-tests defines algbw, so only algbw's rounding (two decimals) is lost.
+    Used for validation data that was published as a table rather than as raw logs."""
+    import csv
+
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh, skipinitialspace=True))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    need = ("Nodes", "size(MB)", "out algbw(GB/s)")
+    if not rows or any(k not in rows[0] for k in need):
+        raise ParseError(f"{path}: expected a CSV with the columns {', '.join(need)}")
+    nodes, nb, ts = [], [], []
+    for line, r in enumerate(rows, start=2):
+        try:
+            n, size, algbw = int(r["Nodes"]), int(r["size(MB)"]) << 20, float(r["out algbw(GB/s)"])
+        except (TypeError, ValueError) as exc:
+            raise ParseError(f"{path}:{line}: not a number in Nodes, size(MB) or out algbw(GB/s)") from exc
+        if min_bytes <= size <= max_bytes and algbw > 0:
+            nodes.append(n)
+            nb.append(size)
+            ts.append(size / (algbw * 1e9))
+    if not nb:
+        raise InputError(f"{path}: no rows between {min_bytes} and {max_bytes} bytes")
+    k = len(nb)
+    return Points(
+        np.full(k, op), np.array(nodes), np.full(k, gpus_per_node), np.array(nb, dtype=float), np.array(ts)
+    )
+
+
+def select(points: Points, mask: np.ndarray) -> Points:
+    """The points where ``mask`` is true."""
+    return Points(
+        points.op[mask], points.nodes[mask], points.gpn[mask], points.nbytes[mask], points.time_s[mask]
+    )
+
+
 class FastModel:
     """The collective model of collectives.py evaluated for many points and many tunings at once.
 
@@ -217,11 +265,15 @@ def calibrate_cluster(
                 f"{lg.path}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
             )
     points = points_from_logs(parsed, min_bytes=min_bytes, max_bytes=max_bytes)
+    return calibrate_points(cluster, points, tuple(Path(lg.path).name for lg in parsed))
+
+
+def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> Fit:
+    """Fit ``cluster``'s tuning to measured points (``names``: where they came from, for ``source``)."""
     params, pred = fit_tuning(cluster, points)
     err = np.abs(pred / points.time_s - 1.0) * 100
-    names = tuple(Path(lg.path).name for lg in parsed)
     calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names))
-    return Fit(calibrated, params, len(points), float(np.median(err)), float(err.max()), names)
+    return Fit(calibrated, params, len(points), float(np.median(err)), float(err.max()), tuple(names))
 
 
 # ---- the plain alpha-beta ring baseline ----------------------------------------------------------------

@@ -164,13 +164,14 @@ def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
     Each tree carries half of S over half of the channels, up (reduce) and down (broadcast)."""
     C = channels(cluster)
     srcs, dsts, nics, byts = [], [], [], []
-    for par in _btree_parents(nodes):
+    for t, par in enumerate(_btree_parents(nodes)):
         child = np.nonzero(par >= 0)[0]
         n_chan = max(1, C // 2)  # even channels run tree 0, odd channels tree 1
         per = 0.5 / n_chan
         for k in range(n_chan):
-            # the k-th channel of each tree leaves from GPU k mod g, so both trees use every rail
-            nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, k))
+            # the k-th channel of each tree leaves from GPU k mod g, so both trees use every rail; with
+            # NICs per node, channel 2k+t picks the NIC, so the two trees' channels cover all NICs
+            nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, 2 * k + t))
             srcs += [child, par[child]]
             dsts += [par[child], child]
             nics += [nic, nic]
