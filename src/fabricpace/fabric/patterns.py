@@ -161,17 +161,17 @@ def _btree_parents(nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
     """Inter-node connections of the double binary tree all-reduce: (src, dst, NIC, bytes per byte of S).
-    Each tree carries half of S over half of the channels, up (reduce) and down (broadcast)."""
+    Each tree carries half of S, up (reduce) and down (broadcast). As in NCCL (which duplicates the
+    channels, tree 0 on channel c and tree 1 on channel c + C), both trees run on every channel, so every
+    NIC carries both trees and a node that is interior in one tree is mostly a leaf in the other."""
     C = channels(cluster)
     srcs, dsts, nics, byts = [], [], [], []
-    for t, par in enumerate(_btree_parents(nodes)):
+    per = 0.5 / C
+    for par in _btree_parents(nodes):
         child = np.nonzero(par >= 0)[0]
-        n_chan = max(1, C // 2)  # even channels run tree 0, odd channels tree 1
-        per = 0.5 / n_chan
-        for k in range(n_chan):
-            # the k-th channel of each tree leaves from GPU k mod g, so both trees use every rail; with
-            # NICs per node, channel 2k+t picks the NIC, so the two trees' channels cover all NICs
-            nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, 2 * k + t))
+        for k in range(C):
+            # channel k leaves from GPU k mod g on that GPU's rail (or NIC k mod R with NICs per node)
+            nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, k))
             srcs += [child, par[child]]
             dsts += [par[child], child]
             nics += [nic, nic]
