@@ -12,10 +12,11 @@ What is kept (DESIGN.md run directory):
   ``gpu_user_annotation``, when present, gives the window used to assign GPU work to steps);
 - collectives from GPU kernels (``ncclKernel*``, ``ncclDevKernel*``, RCCL's names) with their NCCL
   metadata args (``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Process Group Name``);
-  a trace without communication kernels (gloo, CPU) falls back to CPU ops — ``record_param_comms``,
-  else ``c10d::*``, else ``nccl:*``, else ``gloo:*`` (one kind only, so nested wrappers of one
-  collective are not counted twice). ``t_enter`` is the kernel start (when this rank's GPU reached the
-  collective: its arrival), ``t_exit`` the kernel end;
+  a trace without communication kernels (gloo, CPU) falls back to CPU ops: the ``gloo:*`` spans of
+  gloo's worker threads (issue to completion), with op/bytes/group from the issuing op
+  (``record_param_comms`` / ``c10d::*``) paired in order; without gloo spans, the issuing ops.
+  ``t_enter`` is the kernel (span) start — when this rank reached the collective: its arrival —
+  and ``t_exit`` its end;
 - per step: ``comm_ns`` = time covered by communication kernels, ``compute_ns`` = time covered by
   other kernels, ``wait_ns`` = communication not hidden under compute (exposed communication, which
   includes waiting for late peers); CPU-only traces: ``wait_ns = comm_ns`` = time in blocking comm ops
@@ -127,13 +128,8 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
     c_bytes = np.frombuffer(trace.comm_bytes, dtype=np.int64)
     c_group = np.frombuffer(trace.comm_group, dtype=np.int64)
     gpu_comm = len(c_ts) > 0
-    if not gpu_comm:  # CPU-only trace (gloo, or no GPU activity): the first kind of CPU comm op present
-        for kind in _CPU_KINDS:
-            if len(trace.cpu_comm[kind].ts):
-                c_ts, c_dur, c_name = trace.cpu_comm[kind].arrays()
-                c_bytes = np.frombuffer(trace.cpu_comm_bytes[kind], dtype=np.int64)
-                c_group = np.frombuffer(trace.cpu_comm_group[kind], dtype=np.int64)
-                break
+    if not gpu_comm:  # CPU-only trace (gloo, or no GPU activity)
+        c_ts, c_dur, c_name, c_bytes, c_group = _cpu_collectives(trace)
         step_of_comm = _assign(t_start, _abs_ns(trace, c_ts)) if len(c_ts) else np.zeros(0, int)
     else:
         step_of_comm = step_index(_abs_ns(trace, c_ts))
@@ -203,6 +199,35 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
             "dur_ns": np.rint(k_dur[good] * 1000.0).astype(np.int64),
         }
     return RankTables(rank=trace.rank, steps=steps, collectives=collectives, ops=ops)
+
+
+def _cpu_collectives(trace: RankTrace) -> tuple[np.ndarray, ...]:
+    """Collectives of a trace without communication kernels: (ts, dur, name id, bytes, group id).
+
+    gloo runs each collective on a worker thread as ``gloo:*``, spanning issue to completion (waiting
+    for peers included): those give the times. The main thread's issuing op (``record_param_comms``,
+    else ``c10d::*``, else ``nccl:*``) carries the metadata (op, bytes, group); when both exist in equal
+    numbers they are paired in time order. Only one kind is ever used for times, so nested wrappers of
+    one collective are not counted twice.
+    """
+
+    def cols(kind: str) -> tuple[np.ndarray, ...]:
+        ts, dur, name = trace.cpu_comm[kind].arrays()
+        order = np.argsort(ts, kind="stable")
+        nbytes = np.frombuffer(trace.cpu_comm_bytes[kind], dtype=np.int64)
+        group = np.frombuffer(trace.cpu_comm_group[kind], dtype=np.int64)
+        return ts[order], dur[order], name[order], nbytes[order], group[order]
+
+    issue = next((k for k in _CPU_KINDS if k != "gloo:" and len(trace.cpu_comm[k].ts)), None)
+    if len(trace.cpu_comm["gloo:"].ts):
+        ts, dur, name, nbytes, group = cols("gloo:")
+        if issue is not None and len(trace.cpu_comm[issue].ts) == len(ts):
+            _, _, name, nbytes, group = cols(issue)
+        return ts, dur, name, nbytes, group
+    if issue is not None:
+        return cols(issue)
+    empty = np.zeros(0)
+    return empty, empty, empty.astype(np.int64), empty.astype(np.int64), empty.astype(np.int64)
 
 
 def _number_collectives(tables: list[RankTables]) -> None:
@@ -318,6 +343,9 @@ def import_kineto(
             "clock_offset_ns": [0] * len(rank_ids), "clock_err_ns": [None] * len(rank_ids),
             "trace_file": [ranks_seen[r].name for r in rank_ids],
         })
+        node_from = "unknown"
+        if node[0] is not None:
+            node_from = "host names (trace host_name or file name)" if all(host_names) else "--gpus-per-node"
         writer.manifest.world_size = len(rank_ids)
         writer.manifest.nodes = nodes
         writer.manifest.gpus_per_node = per_node
@@ -329,8 +357,7 @@ def import_kineto(
             origin_abs_ns=origin,
             collectives_from="gpu kernels" if stats["gpu_collectives"] else "cpu ops",
             events=stats["events"],
-            node_from="host in file names" if node[0] is not None and all(host_names) else
-            ("--gpus-per-node" if node[0] is not None else "unknown"),
+            node_from=node_from,
         )
     return Path(out)
 

@@ -293,6 +293,9 @@ def parse_trace(path: Path, *, progress: Callable[[int], None] | None = None) ->
     if info is None and isinstance(trailer.get("distributedInfo"), dict):
         trace.rank = _int_or_none(trailer["distributedInfo"].get("rank"))
         trace.world_size = _int_or_none(trailer["distributedInfo"].get("world_size"))
+    host = head.get("host_name", trailer.get("host_name"))  # written by recent PyTorch versions
+    if isinstance(host, str) and host:
+        trace.host = host
     base = head.get("baseTimeNanoseconds", trailer.get("baseTimeNanoseconds", 0))
     trace.base_ns = int(base) if isinstance(base, int | float) else 0
     if trace.rank is None:
