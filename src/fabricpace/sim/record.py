@@ -1,8 +1,9 @@
 """Writing a simulated run in the run-directory format (DESIGN.md), straight from the engine's arrays.
 
 Tables are built as Arrow arrays without Python row loops and written delta-encoded (``_write``).
-Chunked tables go to ``TABLE/all/`` in one part per block of steps (thousands of per-rank folders would cost more than the simulation itself at
-1,024 nodes); the reader globs every folder, so the layout reads the same as an observer's.
+Chunked tables go to ``TABLE/all/`` in one part per block of steps (thousands of per-rank folders
+would cost more than the simulation itself at 1,024 nodes); the reader globs every folder, so the
+layout reads the same as an observer's.
 """
 
 from __future__ import annotations
