@@ -28,7 +28,7 @@ class DiagnoseConfig:
     straggler_last_enrichment: float = 1.5  # ... and the slowest rank in ≥ this / N of the steps
     # ... or one rank that is the slowest far more often than 1/N, and costs a material amount.
     straggler_last_z: float = 4.5  # binomial z of the last-arriver count against 1/N
-    straggler_min_saving: float = 0.03  # what-if saving of replacing that rank alone
+    straggler_min_saving: float = 0.02  # what-if saving (this rank alone; all culprits for the finding)
 
     # topology contention: transfer time above what the fabric delivered (or should deliver).
     contention_min_share: float = 0.05  # exposed excess transfer, share of step time
