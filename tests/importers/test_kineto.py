@@ -311,3 +311,17 @@ def test_real_gloo_profiler_traces(tmp_path: Path) -> None:
     # both ranks leave each all-reduce nearly together (one host's clock; thread wake-ups on a loaded
     # machine spread it by up to ~12 ms once), while arrivals differed by up to ~350 ms
     assert float(inst["exit_spread"].median()) < 2_000_000
+
+
+def test_distributed_info_after_trace_events(tmp_path: Path) -> None:
+    """Keys after the traceEvents array (read from the streamed tail) count as much as keys before it."""
+    job = SyntheticJob(world_size=2, steps=2, kernels_per_step=2)
+    text = (write_job(tmp_path / "w", job)[1]).read_text()
+    doc = json.loads(text)
+    info, base = doc.pop("distributedInfo"), doc.pop("baseTimeNanoseconds")
+    events = doc.pop("traceEvents")
+    (tmp_path / "src").mkdir()
+    moved = {"schemaVersion": 1, "traceEvents": events, "distributedInfo": info, "baseTimeNanoseconds": base}
+    (tmp_path / "src" / "trace.json").write_text(json.dumps(moved))
+    trace = parse_trace(tmp_path / "src" / "trace.json")
+    assert trace.rank == 1 and trace.world_size == 2 and trace.base_ns == base
