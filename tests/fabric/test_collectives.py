@@ -186,3 +186,15 @@ def test_bad_arguments_raise_input_errors(cluster_factory):
         collective_time(cl, "all_gather", 1, nodes=2, algorithm="tree")
     with pytest.raises(InputError, match="n=-1"):
         sample_collective_times(cl, "all_reduce", 1, nodes=2, n=-1, rng=np.random.default_rng(0))
+
+
+def test_tree_channels_cover_every_nic_with_per_node_nics():
+    """p5-efa (32 NICs per node) and dgx-h100-ib (8 NICs, one per GPU) have the same 400 GB/s of NIC
+    bandwidth per node; NCCL runs both trees on every channel, so the tree's busiest NIC carries the same
+    load per byte on both (a regression: per-node NICs once left half the NICs idle in the tree)."""
+    from fabricpace.fabric.collectives import model_terms
+
+    for nodes in (2, 4, 16):
+        p5 = model_terms(load_cluster("p5-efa"), "all_reduce", nodes, 8, "nvls_tree")[0]
+        ib = model_terms(load_cluster("dgx-h100-ib"), "all_reduce", nodes, 8, "nvls_tree")[0]
+        assert p5 == pytest.approx(ib, rel=1e-9)
