@@ -175,7 +175,11 @@ def register(app: typer.Typer) -> None:
 
         if backend not in BACKENDS:
             raise InputError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-        cluster, workload, noise, sc = _resolve_inputs(scenario, cluster, workload, noise)
+        # --scenario names a simulator scenario for the sim backend; local/lab backends get the name as
+        # given (their own scenarios, fabricpace.lab.scenario).
+        sc = None
+        if backend == "sim":
+            cluster, workload, noise, sc = _resolve_inputs(scenario, cluster, workload, noise)
         defaults = sc.study if sc is not None else None
         node_list = (
             parse_int_list(nodes, option="--nodes")
