@@ -86,6 +86,12 @@ SYNTH: list[tuple[str, dict[str, Any], set[str], Check]] = [
         _culprit("persistent_straggler", ranks=[6]),
     ),
     (
+        "intermittent straggler (GC on rank 7 only)",
+        dict(gc_ranks=(7,), gc_prob=0.4, gc_ms=20),
+        {"persistent_straggler"},
+        _culprit("persistent_straggler", ranks=[7]),
+    ),
+    (
         "GC noise",
         dict(gc_prob=0.1, gc_ms=30),
         {"sync_amplification"},

@@ -107,3 +107,13 @@ def test_straggler_and_noise_together_are_both_named(synth):
     by_mode = {f.mode: f for f in d.findings}
     assert set(by_mode) == {"persistent_straggler", "sync_amplification"}
     assert by_mode["persistent_straggler"].culprits.ranks == [3]
+
+
+def test_intermittent_straggler_is_named_with_its_cause(synth):
+    # Rank 7 alone pauses for GC in 40% of steps: not slower in most steps, but the one everybody
+    # waits for far more often than 1/N.
+    run = synth("intermittent", **{**BASE, "gc_ranks": (7,), "gc_prob": 0.4, "gc_ms": 20})
+    d = diagnose([run])
+    assert [f.mode for f in d.findings] == ["persistent_straggler"]
+    f = d.findings[0]
+    assert f.culprits.ranks == [7] and f.evidence["cause"] == "longer GC pauses"

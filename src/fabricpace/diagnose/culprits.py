@@ -111,7 +111,7 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
 
 
 def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per culprit row: median over steps of each step component (compute, data, gc, paced) above the
+    """Per culprit row: mean over steps of each step component (compute, data, gc, paced) above the
     non-culprit ranks' per-step median — what each culprit spends its extra time on. One reference
     median per component, so this is vectorized over culprits."""
     out: dict[str, np.ndarray] = {}
@@ -123,7 +123,8 @@ def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarr
         if comp is None:
             continue
         ref = nanmedian(comp[others], axis=0)
-        out[name] = np.atleast_1d(nanmedian(comp[rows] - ref, axis=1))
+        with np.errstate(all="ignore"):  # the mean, so intermittent pauses count (a median hides them)
+            out[name] = np.atleast_1d(np.nanmean(comp[rows] - ref, axis=1))
     return out
 
 

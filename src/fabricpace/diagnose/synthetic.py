@@ -8,6 +8,7 @@ runs its optimizer; the next step starts when the last bucket completed. Faults:
 
 * ``slow_ranks`` / ``slow_factor``: persistent compute slowdown (a slow node: all its ranks);
 * ``gc_prob`` / ``gc_ms``: independent per-rank GC pauses (synchronization amplification);
+  ``gc_ranks`` confines them to some ranks (an intermittent straggler);
 * ``data_ms`` / ``stall_ranks`` / ``stall_ms``: data-loader wait everywhere / on some ranks;
 * ``pair_groups`` + ``cross_leaf_factor``: extra all-gathers over pairs of neighbouring nodes, the
   pairs that cross a leaf inflated (topology contention); ``foreign`` = (first, last, factor) inflates
@@ -44,6 +45,7 @@ class SynthSpec:
     slow_factor: float = 1.0
     gc_prob: float = 0.0
     gc_ms: float = 0.0
+    gc_ranks: tuple[int, ...] = ()  # only these ranks pause for GC (empty: every rank)
     data_ms: float = 1.0
     stall_ranks: tuple[int, ...] = ()
     stall_ms: float = 0.0
@@ -73,6 +75,8 @@ def write_synthetic(out_dir: str | os.PathLike[str], spec: SynthSpec) -> Path:
     if spec.slow_stage is not None:
         comp[stage == spec.slow_stage] *= spec.stage_factor
     gc = np.where(rng.random((n, s)) < spec.gc_prob, spec.gc_ms * ms * (0.5 + rng.random((n, s))), 0.0)
+    if spec.gc_ranks:
+        gc[np.setdiff1d(np.arange(n), list(spec.gc_ranks))] = 0.0
     data = np.full((n, s), spec.data_ms * ms) * (1 + 0.05 * rng.random((n, s)))
     data[list(spec.stall_ranks)] += spec.stall_ms * ms * (0.8 + 0.4 * rng.random((len(spec.stall_ranks), s)))
     foreign = np.ones(s)
