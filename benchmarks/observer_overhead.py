@@ -1,15 +1,17 @@
 """Observer overhead: the same 4-rank gloo DDP workload with and without the observer, side by side.
 
-    .venv/bin/python benchmarks/observer_overhead.py --pairs 12 --steps 30
+    .venv/bin/python benchmarks/observer_overhead.py --pairs 600 --steps 1
 
-One job, two DDP replicas of the same model on the same data: ``plain`` (DDP's built-in C++
-reduction, no observer) and ``observed`` (observer on: comm hook, step records, threaded chunk
-writer, window gathers every 50 steps). Blocks of ``--steps`` steps alternate in ABBA order so
-drift on this shared machine hits both arms alike. For each pair of adjacent blocks the overhead is
-median(step with) / median(step without) − 1; the figure is the median over pairs with a 95%
-percentile-bootstrap CI (resampling pairs). The per-step cost in µs is reported the same way, and
-also measured directly: the CPU time of the observer's hot path (step enter/exit + one record per
-bucket) in a tight loop, which is free of the machine's noise.
+One job, three DDP replicas of the same model on the same data: ``without`` (DDP's built-in C++
+reduction, no observer), ``with`` (observer on: comm hook, step records, threaded chunk writer,
+window gathers every 50 steps) and ``pyhook`` (PyTorch's own Python ``allreduce_hook``, no
+observer), which separates the price of any Python comm hook from the observer's own. Each cycle
+runs one block of ``--steps`` steps per arm in a rotating order, so drift on this shared machine
+hits every arm alike. Per cycle the overhead is median(step with) / median(step without) − 1; the
+figure is the median over cycles with a 95% percentile-bootstrap CI (resampling cycles). The
+per-step cost in µs is reported the same way, and also measured directly as CPU time: the
+observer's hot path (step enter/exit + one record per bucket, amortized finalization and window
+summaries) in a tight loop, and the writer thread's CPU per chunk — both far less noisy here.
 
 Step time is rank 0's wall time per step (the all-reduce makes every rank's step the same length).
 """
@@ -32,8 +34,10 @@ import numpy as np
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=4)
-    p.add_argument("--pairs", type=int, default=12, help="AB pairs of blocks (default 12)")
-    p.add_argument("--steps", type=int, default=30, help="steps per block (default 30)")
+    p.add_argument("--pairs", type=int, default=600, help="cycles (one block per arm each; default 600)")
+    p.add_argument("--steps", type=int, default=1,
+                   help="steps per block (default 1: arms alternate every step, the tightest pairing "
+                        "on a noisy shared machine)")
     p.add_argument("--warmup", type=int, default=20, help="unmeasured steps per arm first (default 20)")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
@@ -67,8 +71,14 @@ def worker(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
     plain = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
     observed = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
+    # Third arm: PyTorch's own Python all-reduce hook, no observer — separates the cost of having any
+    # Python comm hook from the observer's own cost.
+    pyhook = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
+    pyhook.register_comm_hook(None, default_hooks.allreduce_hook)
     gen = torch.Generator().manual_seed(a.seed + rank)
     x = torch.randn(a.batch, 128, generator=gen)
     y = torch.randint(0, 10, (a.batch,), generator=gen)
@@ -79,24 +89,33 @@ def worker(a: argparse.Namespace) -> None:
         plain.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(plain(x), y).backward()
 
+    def step_pyhook() -> None:
+        pyhook.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(pyhook(x), y).backward()
+
     def step_observed() -> None:
         with obs.step(samples=a.batch):
             observed.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(observed(x), y).backward()
 
+    arms = {"without": step_plain, "pyhook": step_pyhook, "with": step_observed}
     for _ in range(a.warmup):
-        step_plain()
-        step_observed()
-    blocks: list[dict[str, object]] = []
-    for i in range(2 * a.pairs):
-        arm = "without" if (i % 4) in (0, 3) else "with"  # ABBA: without, with, with, without, ...
-        fn = step_plain if arm == "without" else step_observed
-        times = []
-        for _ in range(a.steps):
-            t0 = time.perf_counter_ns()
+        for fn in arms.values():
             fn()
-            times.append(time.perf_counter_ns() - t0)
-        blocks.append({"arm": arm, "step_ns": times})
+    # Each cycle runs every arm once, in a rotating order (a Latin square over cycles), so slow drift
+    # on this shared machine hits every arm alike.
+    orders = [("without", "with", "pyhook"), ("with", "pyhook", "without"), ("pyhook", "without", "with"),
+              ("without", "pyhook", "with"), ("with", "without", "pyhook"), ("pyhook", "with", "without")]
+    blocks: list[dict[str, object]] = []
+    for cycle in range(a.pairs):
+        for arm in orders[cycle % len(orders)]:
+            fn = arms[arm]
+            times = []
+            for _ in range(a.steps):
+                t0 = time.perf_counter_ns()
+                fn()
+                times.append(time.perf_counter_ns() - t0)
+            blocks.append({"arm": arm, "cycle": cycle, "step_ns": times})
     obs.close()
     if rank == 0:
         Path(a.out).write_text(json.dumps({"blocks": blocks, "failures": obs.failures,
@@ -194,19 +213,21 @@ def main() -> None:
             raise SystemExit(f"a worker failed: exit codes {codes}")
         res = json.loads(out.read_text())
     blocks = res["blocks"]
-    med = {i: float(np.median(b["step_ns"])) for i, b in enumerate(blocks)}
-    pairs = [(i, i + 1) for i in range(0, len(blocks), 2)]
-    with_, without = [], []
-    for i, j in pairs:
-        w, wo = (i, j) if blocks[i]["arm"] == "with" else (j, i)
-        with_.append(med[w])
-        without.append(med[wo])
-    w_arr, wo_arr = np.array(with_), np.array(without)
+    cycles = sorted({b["cycle"] for b in blocks})
+    med = {(b["cycle"], b["arm"]): float(np.median(b["step_ns"])) for b in blocks}
+    w_arr = np.array([med[(c, "with")] for c in cycles])
+    wo_arr = np.array([med[(c, "without")] for c in cycles])
+    py_arr = np.array([med[(c, "pyhook")] for c in cycles])
+    pairs = cycles
     ratio = w_arr / wo_arr - 1.0
     diff_us = (w_arr - wo_arr) / 1e3
     rng = np.random.default_rng(0)
     lo, hi = _bootstrap(ratio, rng)
     dlo, dhi = _bootstrap(diff_us, rng)
+    py_ratio = py_arr / wo_arr - 1.0
+    own_ratio = w_arr / py_arr - 1.0
+    plo, phi = _bootstrap(py_ratio, rng)
+    olo, ohi = _bootstrap(own_ratio, rng)
     buckets = max(int(res["buckets"]), 1)
     hot_ns = hot_path_cost_ns(buckets)
     chunk_ns = chunk_cost_ns(50, buckets)
@@ -219,6 +240,11 @@ def main() -> None:
         "step_ms_without": float(np.median(wo_arr) / 1e6), "step_ms_with": float(np.median(w_arr) / 1e6),
         "overhead_pct": float(np.median(ratio) * 100), "overhead_ci95_pct": [lo * 100, hi * 100],
         "per_step_us": float(np.median(diff_us)), "per_step_us_ci95": [dlo, dhi],
+        "step_ms_pyhook": float(np.median(py_arr) / 1e6),
+        "python_hook_overhead_pct": float(np.median(py_ratio) * 100),
+        "python_hook_overhead_ci95_pct": [plo * 100, phi * 100],
+        "observer_vs_python_hook_pct": float(np.median(own_ratio) * 100),
+        "observer_vs_python_hook_ci95_pct": [olo * 100, ohi * 100],
         "hot_path_us_per_step": hot_ns / 1e3,
         "hot_path_pct_of_step": float(hot_ns / step_ns * 100),
         "chunk_write_ms_cpu": chunk_ns / 1e6, "steps_per_chunk": chunk_steps,
@@ -228,12 +254,17 @@ def main() -> None:
     if a.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"observer overhead, {a.world} gloo ranks, {len(pairs)} ABBA pairs x {a.steps} steps "
+    print(f"observer overhead, {a.world} gloo ranks, {len(pairs)} rotated cycles x {a.steps} steps "
           f"({result['steps_measured_per_arm']} steps per arm), {buckets} DDP buckets/step")
     print(f"  median step without observer : {result['step_ms_without']:.2f} ms")
     print(f"  median step with observer    : {result['step_ms_with']:.2f} ms")
-    print(f"  overhead (median over pairs) : {result['overhead_pct']:+.2f}%  95% CI [{lo * 100:+.2f}%, "
+    print(f"  median step, PyTorch's Python allreduce_hook, no observer: {result['step_ms_pyhook']:.2f} ms")
+    print(f"  overhead (median over cycles): {result['overhead_pct']:+.2f}%  95% CI [{lo * 100:+.2f}%, "
           f"{hi * 100:+.2f}%]")
+    print(f"    of which any Python hook   : {result['python_hook_overhead_pct']:+.2f}%  95% CI "
+          f"[{plo * 100:+.2f}%, {phi * 100:+.2f}%]  (PyTorch allreduce_hook vs built-in)")
+    print(f"    observer vs Python hook    : {result['observer_vs_python_hook_pct']:+.2f}%  95% CI "
+          f"[{olo * 100:+.2f}%, {ohi * 100:+.2f}%]")
     print(f"  per-step difference          : {result['per_step_us']:+.0f} us  "
           f"95% CI [{dlo:+.0f}, {dhi:+.0f}] us")
     print(f"  hot-path CPU cost (direct)   : {result['hot_path_us_per_step']:.1f} us/step "
