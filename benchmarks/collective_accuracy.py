@@ -51,6 +51,7 @@ class Dataset:
     op: str
     load: Callable[[], Points]
     source: str
+    calibration_files: tuple[str, ...]
 
 
 def _h100_ib() -> Points:
@@ -62,8 +63,22 @@ def _p5_efa() -> Points:
 
 
 DATASETS = (
-    Dataset("h100-ib", "dgx-h100-ib", "all_reduce", _h100_ib, "NVIDIA/nccl-tests#309 logs"),
-    Dataset("p5-efa", "p5-efa", "all_reduce", _p5_efa, "crazyguitar/aws-gpu-communication-benchmark"),
+    Dataset(
+        "h100-ib",
+        "dgx-h100-ib",
+        "all_reduce",
+        _h100_ib,
+        "NVIDIA/nccl-tests#309 logs",
+        ("h100ib_n2_all_reduce.log", "h100ib_n4_all_reduce.log"),
+    ),
+    Dataset(
+        "p5-efa",
+        "p5-efa",
+        "all_reduce",
+        _p5_efa,
+        "crazyguitar/aws-gpu-communication-benchmark",
+        ("p5efa_all_reduce_table.csv[nodes=2,4]",),
+    ),
 )
 
 
@@ -91,7 +106,7 @@ def evaluate(ds: Dataset) -> tuple[Scored, str]:
     cal_mask = np.isin(pts.nodes, CALIBRATION_NODES)
     cal, test = select(pts, cal_mask), select(pts, ~cal_mask)
     preset = load_cluster(ds.preset)
-    fit = calibrate_points(preset, cal, [ds.name])
+    fit = calibrate_points(preset, cal, ds.calibration_files)
     alpha, bw = alpha_beta_fit(cal)
     results = [
         collective_time(fit.cluster, str(o), s, nodes=int(n))
