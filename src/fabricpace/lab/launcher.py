@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,8 +170,15 @@ def _tail(path: Path, n: int = 3) -> str:
     return " | ".join(lines[-n:])
 
 
+def _throttle(run: _Run, ranks: list[int], cpus: float, prefix: str, world: int) -> None:
+    for r in ranks:
+        if 0 <= r < world:
+            run.cgroups.append(cgroup.throttle(prefix, f"rank{r}", run.procs[r].pid, cpus))
+            run.events.append({"event": "throttle", "rank": r, "cpus": cpus, "unix_s": time.time()})
+
+
 def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, cfg: LabConfig | None,
-          progress: bool) -> None:
+          progress: bool, on_start: Callable[[], None] | None = None) -> None:
     """Wait for every rank; apply the timed uplink change; fail fast when a rank dies."""
     from rich.progress import Progress
 
@@ -201,6 +209,10 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
                     t_first_step = time.monotonic()
                     run.events.append({"event": "training_started",
                                        "after_s": round(t_first_step - t_start, 2)})
+                    if on_start is not None:
+                        # Throttle only once training runs: a quota during start-up (imports,
+                        # rendezvous) would only make the run slower, not the fault stronger.
+                        on_start()
                     if foreign is not None:
                         # Only now: the observer has aligned clocks over the (then quiet) network.
                         assert cfg is not None
@@ -313,13 +325,9 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
     t0 = time.time()
     try:
         _spawn_workers(sc, run, world=world, out=out, args=args, cfg=cfg, rank_node=rank_node)
-        if th is not None and use_cgroup:
-            for r in th.ranks:
-                if 0 <= r < world:
-                    run.cgroups.append(cgroup.throttle(prefix, f"rank{r}", run.procs[r].pid, th.cpus))
-                    run.events.append({"event": "throttle", "rank": r, "cpus": th.cpus,
-                                       "unix_s": time.time()})
-        _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress)
+        throttle = (lambda: _throttle(run, th.ranks, th.cpus, prefix, world)) if th and use_cgroup else None
+        _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress,
+              on_start=throttle)
     finally:
         _cleanup(run, cfg, prefix)
         if cfg is not None and sc.faults.uplink_change is not None:

@@ -129,9 +129,16 @@ def main(argv: list[str] | None = None) -> int:
                 progress.write_text(str(step))
     if progress is not None:
         progress.write_text(str(args.steps))
+    dist.barrier()  # nobody tears down gloo while a peer still talks to it
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The run directory is closed and flushed by now. Skip interpreter teardown: torch's C++ static
+    # destructors can abort ("terminate called without an active exception") when a gloo or store
+    # thread is still winding down, which would turn a finished run into a failed rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
