@@ -54,7 +54,7 @@ from fabricpace.importers.kineto_parse import (
 )
 from fabricpace.importers.staging import list_sources, staged_dir
 from fabricpace.run.manifest import Manifest
-from fabricpace.run.writer import RunWriter
+from fabricpace.run.writer import RunWriter, write_table_atomic
 
 __all__ = [
     "KinetoConfig",
@@ -194,7 +194,10 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
         ops = {
             "rank": np.full(int(good.sum()), trace.rank, dtype=np.int32),
             "step": s_num[k_step[good]].astype(np.int64),
-            "op": names[k_name[good]],
+            # op names stay indices into the trace's name table: a dictionary column, never one
+            # string per row (millions of kernels would otherwise be millions of string copies)
+            "op_index": k_name[good].astype(np.int32),
+            "op_names": list(trace.names),
             "t_start_ns": k_start[good],
             "dur_ns": np.rint(k_dur[good] * 1000.0).astype(np.int64),
         }
@@ -296,7 +299,7 @@ def import_kineto(
             first = int(tables.steps["t_start_ns"].min())
             origin = first if origin is None else min(origin, first)
             if tables.ops is not None:  # ops can be large: write now, shift when finalizing
-                writer.write("ops", tables.ops, rank=tables.rank)
+                _write_ops(tmp, tables.rank, tables.ops)
                 stats["ops"] += len(tables.ops["rank"])
                 tables.ops = None
             all_tables.append(tables)
@@ -394,6 +397,19 @@ def _progress_in_compressed(
         progress(int(n * ratio))
 
     return scaled
+
+
+def _write_ops(run_dir: Path, rank: int, ops: dict[str, Any]) -> None:
+    """One rank's ops as a Parquet part with a dictionary-encoded op column (same layout as RunWriter)."""
+    table = pa.table({
+        "rank": pa.array(ops["rank"], pa.int32()),
+        "step": pa.array(ops["step"], pa.int64()),
+        "op": pa.DictionaryArray.from_arrays(pa.array(ops["op_index"], pa.int32()),
+                                             pa.array(ops["op_names"], pa.string())),
+        "t_start_ns": pa.array(ops["t_start_ns"], pa.int64()),
+        "dur_ns": pa.array(ops["dur_ns"], pa.int64()),
+    })
+    write_table_atomic(run_dir / "ops" / f"rank-{rank:05d}" / "part-000000.parquet", table)
 
 
 def _shift_ops(run_dir: Path, origin: int) -> None:
