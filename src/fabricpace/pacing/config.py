@@ -20,20 +20,22 @@ class PacingConfig:
     """Thresholds and limits of the pacing controller (all shares are fractions of step time)."""
 
     # --- gc: lockstep garbage collection -------------------------------------------------------
-    # Enable lockstep collection when GC pauses take at least this share of the mean step time.
-    gc_trigger_share: float = 0.02
-    # First interval (steps between lockstep collections); torchtitan/NeMo use 10–100.
+    # Enable lockstep collection when GC pauses cost at least this share of the mean step time: the
+    # larger of their mean per rank and their amplified cost (a step waits for any rank's pause).
+    gc_trigger_share: float = 0.01
+    # Steps between lockstep young-generation collections (1 = at every step boundary, when the
+    # step's temporaries are dead; each such collection only walks what the step allocated).
     gc_interval: int = 10
     gc_interval_min: int = 1
     gc_interval_max: int = 200
     # Memory bound: if resident memory grows more than this fraction above its level when lockstep
-    # began, the interval is halved (collections become more frequent).
+    # began, full lockstep collections are added (once per window, then twice as often).
     gc_rss_growth_limit: float = 0.10
 
     # --- rebalance: move samples away from persistent stragglers --------------------------------
-    # A rank is a persistent straggler when its compute per sample is this much above the median
-    # of the others and it arrives last in at least `straggler_last_share` of the collectives.
-    straggler_compute_excess: float = 0.08
+    # Ranks are persistent stragglers when their compute per sample is this much above the median
+    # and together they arrive last in at least `straggler_last_share` of the collectives.
+    straggler_compute_excess: float = 0.03
     straggler_last_share: float = 0.5
     # Adjust shares only when the predicted compute-critical-path saving is at least this large.
     rebalance_min_gain: float = 0.03
@@ -56,16 +58,18 @@ class PacingConfig:
     # A candidate runs in interleaved ON/OFF control windows (ABBA order); it is kept only when the
     # block-bootstrap CI of the relative step-time change lies entirely below -guard_min_gain.
     guard_pairs: int = 2
-    guard_max_pairs: int = 4
+    guard_max_pairs: int = 3
     guard_min_gain: float = 0.0
     guard_confidence: float = 0.90
+    # Widening of the within-window standard error (steps inside a window are autocorrelated).
+    guard_se_inflation: float = 1.25
     guard_resamples: int = 2000
     # After a revert, wait this many windows before trying the same policy again (doubles each time).
     guard_cooldown: int = 4
     # Kept policies are re-checked with one control window pair every this many windows (0 = never).
     guard_recheck: int = 0
     # Windows skipped at the start (warm-up: allocator, caches, JIT) before any decision.
-    warmup_windows: int = 1
+    warmup_windows: int = 0
     # Injected delay (comm spacing/waits) per step is capped at this share of the median step time.
     max_delay_share: float = 0.01
     # A controller update slower than this turns pacing off on that rank (seconds).
@@ -78,7 +82,7 @@ class PacingConfig:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"PacingConfig.{f.name}: expected a number, got {value!r}")
-            if value < 0:
+            if value < 0 and f.name != "guard_min_gain":
                 raise ConfigError(f"PacingConfig.{f.name}: must be >= 0, got {value!r}")
         if not 0 < self.guard_confidence < 1:
             raise ConfigError("PacingConfig.guard_confidence: must lie in (0, 1), e.g. 0.90")
@@ -86,8 +90,8 @@ class PacingConfig:
             raise ConfigError("PacingConfig.gc_interval: need 1 <= gc_interval_min <= gc_interval <= max")
         if self.comm_low >= self.comm_high:
             raise ConfigError("PacingConfig.comm_low must be below comm_high (hysteresis band)")
-        if self.guard_pairs < 2 or self.guard_max_pairs < self.guard_pairs:
-            raise ConfigError("PacingConfig.guard_pairs: need 2 <= guard_pairs <= guard_max_pairs")
+        if self.guard_pairs < 1 or self.guard_max_pairs < self.guard_pairs:
+            raise ConfigError("PacingConfig.guard_pairs: need 1 <= guard_pairs <= guard_max_pairs")
         if not 0 < self.rebalance_step <= 1 or not 0 < self.rebalance_min_share <= 1:
             raise ConfigError("PacingConfig.rebalance_step/min_share: must lie in (0, 1]")
         if self.comm_window_init < 1 or self.comm_window_max < self.comm_window_init:

@@ -45,6 +45,7 @@ class Fleet:
     last_share: np.ndarray
     has_arrivals: bool
     rss: float
+    steps: float  # steps in the window
 
 
 def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
@@ -73,7 +74,7 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         window=int(rows[0].window),
         step_time=step,
         step_stderr=stderr,
-        gc_share=float(np.mean(col["gc_mean_ns"])) / safe,
+        gc_share=max(float(np.mean(col["gc_mean_ns"])), _amplified_gc_ns(col, steps)) / safe,
         wait_share=float(np.median(col["wait_mean_ns"])) / safe,
         transfer=float(np.median(col["transfer_mean_ns"])),
         compute=col["compute_median_ns"],
@@ -82,7 +83,23 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         last_share=last,
         has_arrivals=bool(np.all(colls > 0)),
         rss=float(np.max(col["rss_bytes"])),
+        steps=steps,
     )
+
+
+def _amplified_gc_ns(col: dict[str, np.ndarray], steps: float) -> float:
+    """Expected GC time per step that a synchronous step pays: any rank's pause delays everyone.
+
+    With ``lam`` collections per step across the fleet and a mean pause ``p`` per collection, a step
+    contains at least one pause with probability ``1 - exp(-lam)``; unaligned, that pause is paid by
+    the whole fleet (aligned, each rank's own pauses cost only their mean).
+    """
+    count = float(np.sum(col["gc_count"]))
+    if count <= 0:
+        return 0.0
+    pause = float(np.sum(col["gc_mean_ns"])) * steps / count
+    lam = count / steps
+    return pause * (1.0 - math.exp(-lam))
 
 
 class Controller:
@@ -113,6 +130,8 @@ class Controller:
         self._quiet_transfer = math.inf
         self._gc_rss_ref: float | None = None
         self._placement_done = False
+        self._bundle_failed = False
+        self._last_inflation = 0.0
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
@@ -132,6 +151,8 @@ class Controller:
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._propose(step, fleet, out)
+        if math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
+            self._last_inflation = fleet.transfer / self._quiet_transfer
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.decisions.extend(out)
@@ -142,7 +163,8 @@ class Controller:
         parts = []
         k = self.kept
         if k.gc_interval is not None:
-            parts.append(f"gc lockstep/{k.gc_interval}")
+            full = f", full/{k.gc_full_interval}" if k.gc_full_interval else ""
+            parts.append(f"gc lockstep/{k.gc_interval}{full}")
         if k.shares is not None:
             r = int(np.argmin(k.shares))
             parts.append(f"rebalance r{r} {100 * (k.shares[r] * self.world_size - 1):+.0f}%")
@@ -185,14 +207,19 @@ class Controller:
             return
         if v.decide == "keep":
             self.kept = trial.on
-            if trial.policy == "gc":
+            if "gc" in trial.policy.split("+"):
                 self._gc_rss_ref = fleet.rss
             self._decide(out, step, "guard", "keep", v.estimate, f"{trial.policy} kept: {v.describe()}")
         else:
-            n = self._reverts.get(trial.policy, 0) + 1
-            self._reverts[trial.policy] = n
-            wait = self.config.guard_cooldown * 2 ** (n - 1)
-            self._cooldown_until[trial.policy] = fleet.window + wait
+            bundle = "+" in trial.policy
+            self._bundle_failed = self._bundle_failed or bundle
+            wait = 1
+            for pol in trial.policy.split("+"):
+                n = self._reverts.get(pol, 0) + 1
+                self._reverts[pol] = n
+                # A failed bundle is split up at once; a single policy that failed waits longer each time.
+                wait = 1 if bundle else self.config.guard_cooldown * 2 ** (n - 1)
+                self._cooldown_until[pol] = fleet.window + wait
             why = "it hurts" if v.ci_low > 0 else "no gain beyond noise"
             self._decide(
                 out,
@@ -208,9 +235,13 @@ class Controller:
         c, k = self.config, self.kept
         if k.gc_interval is not None and self._gc_rss_ref and fleet.rss > 0:
             growth = fleet.rss / self._gc_rss_ref - 1.0
-            if growth > c.gc_rss_growth_limit and k.gc_interval > c.gc_interval_min:
-                new = max(c.gc_interval_min, k.gc_interval // 2)
-                self.kept = replace(k, gc_interval=new)
+            # Lockstep young collections never free garbage that was promoted; when resident memory
+            # grows, add lockstep full collections (once per window first, then twice as often).
+            full_min = max(c.gc_interval_min, k.gc_interval)
+            if growth > c.gc_rss_growth_limit and (k.gc_full_interval or full_min + 1) > full_min:
+                cur_full = k.gc_full_interval
+                new = max(full_min, cur_full // 2) if cur_full else max(full_min, int(fleet.steps))
+                self.kept = replace(k, gc_full_interval=new)
                 self._gc_rss_ref = fleet.rss
                 self._decide(
                     out,
@@ -218,8 +249,8 @@ class Controller:
                     "gc",
                     "adjust",
                     new,
-                    f"resident memory grew {growth * 100:.0f}% since the last check: collecting every "
-                    f"{new} steps instead of {k.gc_interval}",
+                    f"resident memory grew {growth * 100:.0f}% since the last check: full lockstep "
+                    f"collection every {new} steps" + (f" instead of {cur_full}" if cur_full else ""),
                 )
         k = self.kept
         if k.shares is not None and np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0):
@@ -281,40 +312,30 @@ class Controller:
                     fleet.gc_share,
                     "gc",
                     replace(k, gc_interval=c.gc_interval),
-                    f"GC pauses take {fleet.gc_share * 100:.1f}% of step time at unaligned steps: "
+                    f"GC pauses cost {fleet.gc_share * 100:.1f}% of step time at unaligned steps: "
                     f"trying lockstep collection every {c.gc_interval} steps",
                     -1,
                 )
             )
-        if (
-            ready("rebalance")
-            and k.shares is None
-            and np.all(np.isfinite(fleet.cps))
-            and np.all(fleet.cps > 0)
-        ):
-            r = int(np.argmax(fleet.cps))
-            others = np.delete(fleet.cps, r)
-            excess = float(fleet.cps[r] / np.median(others) - 1.0) if others.size else 0.0
-            last_ok = (not fleet.has_arrivals) or fleet.last_share[r] >= c.straggler_last_share
-            if excess >= c.straggler_compute_excess and last_ok:
-                cur = np.full(self.world_size, 1.0 / self.world_size)
-                new, gain = self._rebalance_target(fleet, cur)
+        cps_ok = bool(np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0))
+        if ready("rebalance") and k.shares is None and cps_ok:
+            excess = fleet.cps / float(np.median(fleet.cps)) - 1.0
+            slow = np.flatnonzero(excess >= c.straggler_compute_excess)
+            last = float(fleet.last_share[slow].sum()) if slow.size else 0.0
+            last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
+            if slow.size and slow.size <= self.world_size // 2 and last_ok:
+                new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
                 if gain >= c.rebalance_min_gain:
+                    r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
-                    last = (
-                        f"last in {fleet.last_share[r] * 100:.0f}% of collectives, "
-                        if fleet.has_arrivals
-                        else ""
+                    who = f"rank {r}" if slow.size == 1 else f"ranks {_fmt_ranks(slow)}"
+                    arr = f"last in {last * 100:.0f}% of collectives, " if fleet.has_arrivals else ""
+                    reason = (
+                        f"{who} {arr}compute {excess[r] * 100:.0f}% above median: "
+                        f"moving {moved * 100:.0f}% of rank {r}'s samples"
                     )
                     candidates.append(
-                        (
-                            gain,
-                            "rebalance",
-                            replace(k, shares=tuple(float(x) for x in new)),
-                            f"rank {r} {last}compute {excess * 100:.0f}% above median: moving "
-                            f"{moved * 100:.0f}% of its samples",
-                            r,
-                        )
+                        (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                     )
         if (
             ready("comm")
@@ -324,14 +345,15 @@ class Controller:
             and fleet.wait_share >= c.comm_trigger_share
         ):
             infl = fleet.transfer / self._quiet_transfer
-            if infl > c.comm_high:
+            if infl > c.comm_high and self._last_inflation > c.comm_high:
                 candidates.append(
                     (
                         fleet.wait_share * (1 - 1 / infl),
                         "comm",
                         replace(k, comm_window=c.comm_window_init),
-                        f"transfer {infl:.2f}x its quiet level with {fleet.wait_share * 100:.0f}% of "
-                        f"step time exposed: limiting in-flight buckets to {c.comm_window_init}",
+                        f"transfer {infl:.2f}x its quiet level for two windows with "
+                        f"{fleet.wait_share * 100:.0f}% of step time exposed: limiting in-flight buckets "
+                        f"to {c.comm_window_init}",
                         -1,
                     )
                 )
@@ -351,18 +373,51 @@ class Controller:
                 )
         if not candidates:
             return
-        _sev, policy, on, reason, rank = max(candidates, key=lambda t: t[0])
+        # Candidates found in the same window are tried together (one trial instead of several: the
+        # guard's control windows are the cost of acting). A bundle that fails is not retried as a
+        # bundle: its policies come back one at a time, most severe first.
+        candidates.sort(key=lambda t: -t[0])
+        if self._bundle_failed:
+            candidates = candidates[:1]
+        on = self.kept
+        for _sev, pol, cand, _reason, _rank in candidates:
+            on = _merge(on, cand, pol)
+        policy = "+".join(t[1] for t in candidates)
         self.guard.start(
             policy=policy,
             on=replace(on, placement=self.kept.placement),
             off=self.kept,
-            window=w + 1,
-            reason=reason,
+            window=w,
+            reason="; ".join(t[3] for t in candidates),
         )
-        value = float({"gc": on.gc_interval, "comm": on.comm_window}.get(policy) or 0)
-        if policy == "rebalance" and on.shares is not None:
-            value = on.shares[rank] * self.world_size
-        self._decide(out, step, policy, "enable", float(value or 0.0), f"{reason} (on trial)", rank=rank)
+        trial = self.guard.trial
+        assert trial is not None
+        # The window that proposed the candidate ran without it: it is the first control window.
+        trial.arms[w] = "off"
+        trial.record(w, fleet.step_time, fleet.step_stderr)
+        for _sev, pol, cand, reason, rank in candidates:
+            value = float({"gc": cand.gc_interval, "comm": cand.comm_window}.get(pol) or 0)
+            if pol == "rebalance" and cand.shares is not None:
+                value = cand.shares[rank] * self.world_size
+            self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
+
+
+def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
+    """``base`` with the fields of one policy taken from ``cand``."""
+    if policy == "gc":
+        return replace(base, gc_interval=cand.gc_interval, gc_full_interval=cand.gc_full_interval)
+    if policy == "rebalance":
+        return replace(base, shares=cand.shares)
+    if policy == "comm":
+        return replace(base, comm_window=cand.comm_window, comm_spacing_ns=cand.comm_spacing_ns)
+    return base
+
+
+def _fmt_ranks(ranks: np.ndarray) -> str:
+    r = [int(x) for x in ranks]
+    if len(r) > 2 and r == list(range(r[0], r[-1] + 1)):
+        return f"{r[0]}-{r[-1]}"
+    return ",".join(str(x) for x in r[:8]) + ("..." if len(r) > 8 else "")
 
 
 def _fmt_shares(shares: np.ndarray, world: int) -> str:

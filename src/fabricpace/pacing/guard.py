@@ -1,12 +1,16 @@
 """The do-no-harm guard: a policy change stays only if interleaved control windows show it helps.
 
 A candidate policy runs in pairs of windows, one with the candidate (ON) and one without (OFF), in
-ABBA order (ON/OFF, OFF/ON, ON/OFF, ...) so a slow drift of the machine cancels out. Each pair gives
+ABBA order (OFF/ON, ON/OFF, OFF/ON, ...) so a slow drift of the machine cancels out; the first OFF
+window is the one that proposed the candidate. Each pair gives
 one relative change ``on / off - 1`` of the fleet's mean step time. Windows are the bootstrap's
 blocks: steps inside one window are autocorrelated (a GC pause, a noisy neighbour), whole windows much
 less so, so pairs are resampled whole (a block bootstrap) and the percentile CI of the mean change
-decides: keep when the whole CI lies below ``-guard_min_gain``; revert when the CI lies above zero
-(it clearly hurts) or when ``guard_max_pairs`` pairs could not show a gain beyond noise.
+decides: keep when the whole CI lies below ``-guard_min_gain`` (possible after one pair when the gain
+is clear); revert when, after ``guard_pairs`` pairs, the CI lies above zero (it clearly hurts) or when
+``guard_max_pairs`` pairs could not show a gain beyond noise. With few pairs a bootstrap cannot see
+noise it did not sample, so the CI is widened to at least the normal CI implied by the windows'
+within-window spread (inflated by ``guard_se_inflation`` for autocorrelation between steps).
 
 The bootstrap RNG is seeded from the config seed and the window index, so every rank — and the
 simulator's twin — reaches the same verdict from the same summaries.
@@ -71,10 +75,13 @@ class Trial:
     errors: dict[int, float] = field(default_factory=dict)
 
     def arm_for(self, window: int) -> str:
-        """ABBA plan: pair k covers windows start+2k and start+2k+1; even pairs start with ON."""
+        """ABBA plan: pair k covers windows start+2k and start+2k+1: (OFF, ON), (ON, OFF), (OFF, ON)...
+
+        Window ``start`` is the window whose summaries proposed the candidate: it ran without it and
+        is the first control, so a clear gain is confirmed after a single new window."""
         offset = window - self.start_window
         pair, second = divmod(offset, 2)
-        first_on = pair % 2 == 0
+        first_on = pair % 2 == 1
         return "on" if first_on != bool(second) else "off"
 
     def record(self, window: int, step_time: float, stderr: float = 0.0) -> None:
@@ -143,14 +150,13 @@ class Guard:
             # With few pairs the bootstrap CI is too narrow (it cannot see noise it did not sample);
             # widen it to at least the normal CI implied by the within-window spread.
             z = float(_Z.get(round(c.guard_confidence, 2), 1.645))
-            half = z * float(np.sqrt(self.trial.pair_variance().sum())) / n
+            half = c.guard_se_inflation * z * float(np.sqrt(self.trial.pair_variance().sum())) / n
             lo, hi = min(lo, est - half), max(hi, est + half)
         decide = "continue"
-        if n >= c.guard_pairs:
-            if hi < -c.guard_min_gain:
-                decide = "keep"
-            elif lo > 0.0 or n >= c.guard_max_pairs:
-                decide = "revert"
+        if n >= 1 and hi < -c.guard_min_gain:
+            decide = "keep"
+        elif n >= c.guard_pairs and (lo > 0.0 or n >= c.guard_max_pairs):
+            decide = "revert"
         # A trial whose windows keep going missing must still end.
         if window - self.trial.start_window >= 2 * c.guard_max_pairs + 2 and decide == "continue":
             decide = "revert"

@@ -67,16 +67,14 @@ class Pacer:
     # ----------------------------------------------------------------------------------- hooks
     def on_step_start(self, step: int) -> None:
         self._next_step = step
-        if self.enabled:
-            self.gc.on_step_start(step)
+        self.gc.on_step_start(step)
 
     def on_step_end(self, step: int) -> int:
         self._next_step = step + 1
         return self.comm.end_step()
 
     def before_bucket(self, bucket_index: int) -> None:
-        if self.enabled:
-            self.comm.before(bucket_index)
+        self.comm.before(bucket_index)
 
     def after_bucket(self, bucket_index: int) -> None:
         self.comm.after(bucket_index)
@@ -116,9 +114,36 @@ class Pacer:
     def batch_share(self, global_batch: int) -> int:
         return self.batch_counts(global_batch)[self.rank]
 
+    def pin(self, state: PacingState, *, step_time_ns: float = 0.0) -> None:
+        """Apply a fixed state from now on and stop the controller (a user's explicit choice, e.g.
+        ``PacingState(gc_interval=50)``); ``step_time_ns`` sizes the comm delay budget."""
+        self.enabled = False
+        self.off_reason = "pinned"
+        self._last_step_time_ns = float(step_time_ns)
+        self.gc.apply(state.gc_interval, state.gc_full_interval)
+        self.comm.apply(
+            state.comm_window, state.comm_spacing_ns, int(self.config.max_delay_share * step_time_ns)
+        )
+        self.state = state
+        if state.shares != self._share_values[-1]:
+            self._share_steps.append(
+                self._share_steps[-1] + 1 if self._share_steps[-1] >= self._next_step else self._next_step
+            )
+            self._share_values.append(state.shares)
+        self.decisions.append(
+            Decision(
+                step=self._next_step,
+                rank=-1,
+                policy="guard",
+                action="keep",
+                value=0.0,
+                reason=f"pinned by the user: {state}",
+            )
+        )
+
     def status(self) -> str:
         if not self.enabled:
-            return f"pacing: off ({self.off_reason})"
+            return f"pacing: {'pinned' if self.off_reason == 'pinned' else 'off'} ({self.off_reason})"
         text = self.controller.describe()
         if self.decisions:
             text += f" | {self.decisions[-1].reason}"
@@ -132,7 +157,7 @@ class Pacer:
     # -------------------------------------------------------------------------------- internals
     def _apply(self, state: PacingState, step: int) -> None:
         self.state = state
-        self.gc.apply(state.gc_interval)
+        self.gc.apply(state.gc_interval, state.gc_full_interval)
         budget = int(self.config.max_delay_share * self._last_step_time_ns)
         self.comm.apply(state.comm_window, state.comm_spacing_ns, budget)
         if state.shares != self._share_values[-1]:

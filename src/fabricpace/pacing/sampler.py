@@ -32,6 +32,19 @@ def _dist_default() -> tuple[int, int]:
     return 0, 1
 
 
+def find_batch_counts(source: Any) -> Any:
+    """``batch_counts`` of a pacer, or of the pacer inside an Observer (through ``.pacer`` links);
+    None when there is none (pacing off, or the observer dropped its pacer)."""
+    for _ in range(4):
+        if source is None:
+            return None
+        fn = getattr(source, "batch_counts", None)
+        if fn is not None:
+            return fn
+        source = getattr(source, "pacer", None)
+    return None
+
+
 class BalancedSampler:
     """Yields this rank's indices for each step; ``len`` is the number of steps per epoch."""
 
@@ -71,10 +84,7 @@ class BalancedSampler:
 
     def counts(self, step: int) -> list[int]:
         """Samples per rank at ``step``, from the pacer if one is attached (equal split otherwise)."""
-        source = self.pacing
-        fn = getattr(source, "batch_counts", None)
-        if fn is None:
-            fn = getattr(getattr(source, "pacer", None), "batch_counts", None)
+        fn = find_batch_counts(self.pacing)
         if fn is not None:
             return list(fn(self.global_batch, step))
         return counts_from_shares(None, self.global_batch, self.world_size)

@@ -16,8 +16,12 @@ class PacingState:
     """What every rank applies until the next window. Defaults mean "no pacing"."""
 
     # gc: collect at the same step on every rank every `gc_interval` steps (automatic GC off);
-    # None leaves Python's automatic collection alone.
+    # None leaves Python's automatic collection alone. These lockstep collections cover the young
+    # generations (cheap: what was allocated since the last one); a full collection of every
+    # generation runs instead every `gc_full_interval` steps (None = never; the controller sets it
+    # when resident memory grows).
     gc_interval: int | None = None
+    gc_full_interval: int | None = None
     # rebalance: each rank's fraction of the global batch (sums to 1); None = equal shares.
     shares: tuple[float, ...] | None = None
     # comm: at most `comm_window` DDP buckets in flight (None = unlimited) and at least
