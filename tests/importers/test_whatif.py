@@ -81,4 +81,12 @@ def test_cli_whatif_bad_input(cli, whatif_writer, tmp_path: Path) -> None:  # ty
     (path.parent / "meta-T.yaml").unlink()
     r = cli("import", "whatif", str(path), "-o", str(out))
     assert r.returncode == 2 and "no meta YAML" in r.stderr and "Traceback" not in r.stderr
+    other = whatif_writer(tmp_path / "src3")
+    pq.write_table(pq.read_table(other).drop(["duration"]), other)
+    r = cli("import", "whatif", str(other), "-o", str(out))
+    assert (
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "missing column(s) duration" in r.stderr
+    )
     assert not out.exists()
