@@ -1,16 +1,85 @@
-"""fabricpace demo: the whole loop, small enough for a laptop."""
+"""fabricpace demo: the whole loop, small enough for a laptop.
+
+It runs the real commands a user would run, one after another, and prints each one first so the
+user can repeat any step by hand:
+
+1. the simulated ``paper`` study (baseline vs paced, in the form of the paper's Table 1);
+2. a real local multi-process run (gloo ranks on loopback) with host noise and a slow rank, observed,
+   once with pacing off and once with ``pacing=auto``;
+3. the diagnosis of the unpaced run;
+4. one self-contained report.html, whose path ends the demo.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
 import typer
+
+from fabricpace._errors import FabricpaceError, InputError
+
+
+def _step(title: str, args: list[str]) -> None:
+    shown = " ".join(["fabricpace", *args])
+    typer.secho(f"\n== {title}\n$ {shown}", fg=typer.colors.CYAN, err=True)
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "fabricpace.cli.app", *args], check=False)
+    if proc.returncode != 0:
+        raise FabricpaceError(f"demo step failed (exit {proc.returncode}): {shown}")
+    typer.secho(f"   ({time.perf_counter() - started:.0f} s)", dim=True, err=True)
+
+
+def _compare(off: Path, auto: Path, warmup: int) -> None:
+    from fabricpace.run.reader import load_run
+    from fabricpace.study.metrics import summarize_run
+
+    a = summarize_run(load_run(off), warmup)
+    b = summarize_run(load_run(auto), warmup)
+    delta = (b["throughput"] / a["throughput"] - 1.0) * 100.0 if a["throughput"] else float("nan")
+    typer.echo(
+        f"\nlocal run, pacing off : {a['throughput']:8.1f} samples/s, CV {a['cv']:.3f}  ({off})\n"
+        f"local run, pacing auto: {b['throughput']:8.1f} samples/s, CV {b['cv']:.3f}  ({auto})\n"
+        f"pacing: {delta:+.1f}% throughput (one run each: see `fabricpace study --backend local` for CIs)"
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
     @app.command()
-    def demo() -> None:
-        """Run the demo: simulated paper study, a real local run, diagnosis, pacing, report."""
-        import fabricpace
-
-        typer.echo(f"fabricpace {fabricpace.__version__}")
+    def demo(
+        out: Path | None = typer.Option(None, "--out", help="folder for everything (default runs/demo-TIME)"),
+        steps: int = typer.Option(120, "--steps", help="steps of each real local run"),
+        quick: bool = typer.Option(False, "--quick", help="smaller study (for tests and slow machines)"),
+    ) -> None:
+        """The whole loop: simulated paper study, a real local run observed/diagnosed/paced, a report."""
+        folder = out if out is not None else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+        if folder.exists() and any(folder.iterdir()):
+            raise InputError(f"--out {folder}: folder exists and is not empty; choose a new folder")
+        if steps < 40:
+            raise InputError(f"--steps {steps}: the local run needs at least 40 steps to measure")
+        folder.mkdir(parents=True, exist_ok=True)
+        scenario = resources.files("fabricpace") / "data" / "demo" / "local-noisy.yaml"
+        nodes, repeats, sim_steps = ("4,8", "1", "120") if quick else ("4,8,16", "2", "300")
+        _step(
+            "1/4  simulated scaling study, the paper's Table 1 (scenario `paper`)",
+            ["study", "--backend", "sim", "--scenario", "paper", "--nodes", nodes, "--compare",
+             "baseline,paced", "--repeats", repeats, "--steps", sim_steps, "--warmup", "20",
+             "--out", str(folder / "paper-study")],
+        )
+        off, auto = folder / "local-off", folder / "local-auto"
+        for run_dir, pacing in ((off, "off"), (auto, "auto")):
+            _step(
+                f"2/4  real local run: 4 gloo ranks, host noise + a slow rank, pacing {pacing}",
+                ["lab", "run", "--backend", "local", "--scenario", str(scenario), "--pacing", pacing,
+                 "--steps", str(steps), "--out", str(run_dir)],
+            )
+        _compare(off, auto, warmup=min(20, steps // 4))
+        _step("3/4  diagnosis of the unpaced run", ["diagnose", str(off)])
+        report = folder / "report.html"
+        _step("4/4  report", ["report", str(off), "-o", str(report)])
+        typer.echo(f"\nreport: {report.resolve()}")
