@@ -9,6 +9,8 @@ B. straggler + clock: rank SLOW sleeps in every step; rank 2's clock is shifted 
    FABRICPACE_CLOCK_SHIFT_NS (set by the test); a pacer that raises inside the comm hook is dropped;
    rank 0 serves Prometheus metrics and fetches them.
 C. read-only run directory (made immutable by the test): training must finish.
+D. a peer gone: rank 3 closes its observer early (it keeps training); the others' next window
+   gather times out after gather_timeout_s, is logged once, and training goes on.
 
 Each rank writes what it saw to OUT/rank-R.json; the tests read the JSON and the run directories.
 """
@@ -162,6 +164,22 @@ def session_c(rank: int, out: Path, result: dict) -> None:
     result["c"] = {"losses": losses, "failures": obs.failures, "windows": len(obs.window_history)}
 
 
+def session_d(rank: int, out: Path, result: dict) -> None:
+    m = DDP(model(3))
+    gen = torch.Generator().manual_seed(40 + rank)
+    cfg = ObserverConfig(status_line=False, gather_timeout_s=2.0, close_timeout_s=2.0)
+    t0 = time.perf_counter()
+    obs = fabricpace.observe(m, run_dir=out / "gone", window=5, config=cfg)
+    for i in range(14):
+        if rank == 3 and i == 3:
+            obs.close()  # this rank's observer is gone; its training continues
+        with obs.step(samples=8):
+            m(torch.randn(8, 32, generator=gen)).sum().backward()
+    obs.close()
+    result["d"] = {"failures": obs.failures, "windows": len(obs.window_history),
+                   "seconds": time.perf_counter() - t0}
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     port = int(sys.argv[2])
@@ -172,6 +190,7 @@ def main() -> None:
     session_a(rank, out, result)
     session_b(rank, out, result, port)
     session_c(rank, out, result)
+    session_d(rank, out, result)
     (out / f"rank-{rank}.json").write_text(json.dumps(result, default=str))
     dist.destroy_process_group()
 

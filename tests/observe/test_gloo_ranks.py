@@ -118,3 +118,12 @@ def test_each_failure_is_logged_once(job):
     _, _, procs = job
     for p in procs:
         assert p.stderr.count("writing disabled") == 1, p.stderr[-2000:]
+
+
+def test_gone_peer_costs_one_timeout_then_observer_steps_aside(job):
+    _, results, _ = job
+    for r in results[:3]:
+        assert "gather" in r["d"]["failures"], r["d"]
+        assert r["d"]["windows"] == 0  # the first gather timed out; no further attempts
+        assert r["d"]["seconds"] < 60
+    assert results[3]["d"]["failures"] == {}
