@@ -86,6 +86,18 @@ SYNTH: list[tuple[str, dict[str, Any], set[str], Check]] = [
         _culprit("persistent_straggler", ranks=[6]),
     ),
     (
+        "healthy, rank 0 +2% (logging; below threshold)",
+        dict(slow_ranks=(0,), slow_factor=1.02),
+        set(),
+        _none,
+    ),
+    (
+        "hard: straggler +10% under 5% jitter",
+        dict(slow_ranks=(9,), slow_factor=1.10, jitter=0.05),
+        {"persistent_straggler", "sync_amplification"},
+        _culprit("persistent_straggler", ranks=[9]),
+    ),
+    (
         "intermittent straggler (GC on rank 7 only)",
         dict(gc_ranks=(7,), gc_prob=0.4, gc_ms=20),
         {"persistent_straggler"},
