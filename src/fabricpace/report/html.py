@@ -99,6 +99,10 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
         out.append(f'<div class="note">No diagnosis in this report: {_esc(note or "not requested")}.</div>')
         return "\n".join(out)
     found = diag.get("findings") or []
+    runs = [r for r in diag.get("runs") or [] if isinstance(r, dict)]
+    verdicts = [f"{Path(str(r.get('path', '?'))).name}: {r.get('verdict', '?')}" for r in runs]
+    if verdicts:
+        out.append(f'<div class="meta">Verdict per run — {_esc("; ".join(verdicts))}</div>')
     if not found and diag.get("healthy"):
         out.append('<div class="healthy"><b>Healthy</b>: no failure mode above its documented threshold.'
                    "</div>")
