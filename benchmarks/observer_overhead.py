@@ -44,6 +44,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--bucket-mb", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
@@ -83,7 +84,8 @@ def worker(a: argparse.Namespace) -> None:
     x = torch.randn(a.batch, 128, generator=gen)
     y = torch.randint(0, 10, (a.batch,), generator=gen)
     run_dir = Path(a.out).parent / "run"
-    obs = fabricpace.observe(observed, run_dir=run_dir, config=ObserverConfig(status_line=False))
+    obs = fabricpace.observe(observed, run_dir=run_dir, window=a.window,
+                             config=ObserverConfig(status_line=False))
 
     def step_plain() -> None:
         plain.zero_grad(set_to_none=True)

@@ -196,6 +196,7 @@ class Observer:
         self.recorder = Recorder(timeline)
         self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
         self._publish_rank()
+        self._save_topology()
         if self.rank == 0:
             self._write_rank0_files(complete=False, model=model, pacing=pacing)
         try:
@@ -249,6 +250,21 @@ class Observer:
         row["clock_err_ns"] = self.clock_estimate.err_ns
         self._rank_row = row
         self.channel.set_json(f"rank/{self.rank}", row)
+
+    def _save_topology(self) -> None:
+        """One rank per host saves `nvidia-smi topo -m` (when the tool exists) under locality/."""
+        if self._rank_row.get("local_rank") not in (0, None):
+            return
+        try:
+            text = locality.nvidia_topo(self.config.probe_timeout_s)
+            if text:
+                path = self.run_dir / "locality" / f"{self._rank_row['host']}-nvidia-topo.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(text)
+                os.replace(tmp, path)
+        except Exception as exc:
+            self.guard.fail("locality", exc)
 
     def _collect_ranks(self, prefix: str, timeout_s: float) -> list[dict[str, Any]]:
         rows = []
