@@ -174,7 +174,9 @@ class Engine:
         gc_count = np.zeros((S, R), dtype=bool)
         if state.gc is not None:
             for i, s in enumerate(steps):
-                gc[i], gc_count[i] = state.gc.step(self.rng_gc, scale, state.pacing.gc_interval, int(s))
+                gc[i], gc_count[i] = state.gc.step(
+                    self.rng_gc, scale, state.pacing.gc_interval, int(s), state.pacing.gc_full_interval
+                )
         prev = state.prev_opt if state.prev_opt is not None else np.zeros(R)
         a = np.vstack([prev[None, :], opt[:-1]])  # each step starts after the previous optimizer
         pre = a + gc + pauses + data
@@ -198,7 +200,7 @@ class Engine:
         state.prev_opt = opt[-1].copy()
         rss = np.zeros(R)
         if state.gc is not None:
-            rss = self.noise.spec.gc.baseline_rss_mb + state.gc.garbage
+            rss = state.gc.rss_mb
         return BlockResult(
             steps=steps,
             t_start=t_start,

@@ -1,11 +1,12 @@
 """Noise and fault files: what makes ranks, nodes and links differ from the ideal.
 
 - ``jitter``: per-rank, per-step compute variation (normal or lognormal with a given CV), iid.
-- ``gc``: a garbage-accumulation process per rank. Each step adds garbage; when a rank's garbage
-  passes its (randomly drawn) threshold the rank pauses for ``pause_ms_base + pause_ms_per_mb × garbage``
-  and starts over. Ranks start at random fill levels, so their pauses fall on different steps — as
-  Python's automatic collector does in real jobs. The pacing gc actuator's twin turns this off and
-  collects on every rank at the same steps (see ``sim.twins``).
+- ``gc``: a garbage process per rank (``hostnoise.GcState``). Each step creates garbage; mid-step
+  young collections promote it to the old generation; when a rank's old garbage passes its (randomly
+  drawn) threshold the rank pauses for ``pause_ms_base + pause_ms_per_mb × garbage`` and starts over.
+  Ranks start at random fill levels, so their pauses fall on different steps — as Python's automatic
+  collector does in real jobs. The pacing gc actuator's twin turns this off and collects on every rank
+  at the same step boundaries (see ``sim.twins``).
 - ``pauses``: other host noise (daemons, interrupts): Poisson events per rank with a duration law.
 - ``slow``: persistent slow ranks or nodes (a factor on their compute), optionally for a step range.
 - ``links``: slow or flapping links (capacity scale, optionally periodic).
@@ -44,6 +45,10 @@ class GcSpec(_Strict):
     threshold_cv: float = Field(default=0.1, ge=0, lt=1)
     pause_ms_base: float = Field(default=0.0, ge=0)
     pause_ms_per_mb: float = Field(default=0.0, ge=0)
+    young_pause_ms_base: float = Field(default=0.0, ge=0, description="fixed cost of a young collection")
+    promoted_fraction: float = Field(
+        default=1.0, ge=0, le=1, description="share of a step's garbage promoted by mid-step collections"
+    )
     baseline_rss_mb: float = Field(default=2048.0, ge=0, description="heap that is never garbage")
 
 

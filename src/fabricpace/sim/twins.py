@@ -2,8 +2,9 @@
 
 Each field acts only through the mechanism the real actuator has:
 
-- ``gc_interval``: automatic collection stops; every rank collects the garbage it accumulated at the
-  same steps (``step % gc_interval == 0``) — see ``hostnoise.GcState.step``.
+- ``gc_interval`` / ``gc_full_interval``: automatic collection stops; every rank collects its young
+  generations at the same steps (``step % gc_interval == 0``) and the whole heap at
+  ``step % gc_full_interval == 0`` — see ``hostnoise.GcState.step``.
 - ``shares``: each rank's samples per step (global batch unchanged); its compute and its garbage scale
   with its samples (``Engine.run_block``).
 - ``comm_window`` / ``comm_spacing_ns``: the comm hook holds bucket launches (in-flight window, minimum
@@ -41,6 +42,8 @@ def apply_state(state: RankState, pacing: PacingState, *, batch: int, gpus_per_n
         state.node_of_rank = node_of_rank
     if pacing.gc_interval is not None and pacing.gc_interval < 1:
         raise SimulationError(f"pacing gc_interval must be >= 1, got {pacing.gc_interval}")
+    if pacing.gc_full_interval is not None and pacing.gc_full_interval < 1:
+        raise SimulationError(f"pacing gc_full_interval must be >= 1, got {pacing.gc_full_interval}")
     if pacing.comm_window is not None and pacing.comm_window < 1:
         raise SimulationError(f"pacing comm_window must be >= 1, got {pacing.comm_window}")
     state.pacing = pacing
