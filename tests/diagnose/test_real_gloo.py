@@ -36,11 +36,11 @@ def test_real_gloo_slow_rank_is_named(tmp_path):
         "--",
         str(ROOT / "examples" / "ddp_train.py"),
         "--steps",
-        "100",
+        "50",
         "--slow-rank",
         "1",
         "--slow-ms",
-        "15",
+        "20",
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
