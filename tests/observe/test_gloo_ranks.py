@@ -53,7 +53,8 @@ def test_pacing_hook_calls_reach_the_pacer(job):
         assert calls["on_step_start"] == calls["on_step_end"] == 10
         assert calls["before_bucket"] == calls["after_bucket"] >= 10
         assert calls["on_window"] == 2 and calls["close"] == 1 and calls["batch_share"] == 10
-        assert r["a"]["windows"] == [[4, WORLD], [9, WORLD]]
+        # window 1 closes at step 4 and is collected 2 steps later; window 2 (step 9) at close
+        assert r["a"]["windows"] == [[6, WORLD], [9, WORLD]]
     run = fabricpace.load_run(out / "a")
     assert run.manifest.complete and not run.warnings
     assert (run.steps["paced_ns"] == 1234).all()

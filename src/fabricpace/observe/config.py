@@ -34,6 +34,10 @@ class ObserverConfig:
     # (0 = only at start). Re-alignment runs at a window boundary, so it adds no extra sync point.
     clock_rounds: int = 12
     clock_every: int = 500
+    # The window all-gather runs asynchronously on gloo's thread and is collected this many steps
+    # after the window closed — at the same step on every rank, so pacing decisions stay in lock
+    # step. 0 = wait for it at the window boundary (one blocking sync point per window).
+    gather_lag_steps: int = 2
     # Side-channel timeouts (seconds): store round trips, the window all-gather, writer shutdown.
     store_timeout_s: float = 20.0
     gather_timeout_s: float = 30.0
@@ -54,6 +58,8 @@ class ObserverConfig:
             raise ConfigError(
                 "ObserverConfig: flush_interval_s must be >= 0 and flush_max_steps >= flush_every"
             )
+        if self.gather_lag_steps < 0:
+            raise ConfigError(f"ObserverConfig.gather_lag_steps must be >= 0 (got {self.gather_lag_steps!r})")
         if self.clock_every < 0:
             raise ConfigError(f"ObserverConfig.clock_every must be >= 0 (got {self.clock_every!r})")
         if self.flush_mode not in ("thread", "main"):

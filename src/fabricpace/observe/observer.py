@@ -10,9 +10,10 @@ Lifecycle (every rank runs the same code at the same place):
    arrival and completion; ``obs.phase`` and ``obs.collective`` add optional detail. No collective
    and no I/O happen here.
 3. every ``flush_every`` steps — finalized rows are handed to the chunk writer (a list swap).
-4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``); the
-   pacer reads them; rank 0 prints the status line and updates Prometheus; every ``clock_every``
-   steps a background re-alignment runs.
+4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``), started
+   asynchronously and collected ``gather_lag_steps`` (2) steps later at the same step on every rank;
+   then the pacer reads them, rank 0 prints the status line and updates Prometheus, and every
+   ``clock_every`` steps a background re-alignment starts.
 5. close — last chunk, writer drained with a timeout, rank 0 waits (bounded) for every rank to
    report closed, rewrites ranks.parquet with the final clock offsets, writes windows.parquet and
    marks the manifest complete.
@@ -32,7 +33,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from fabricpace.observe import align, chunks, locality, windows
@@ -136,7 +136,9 @@ class Observer:
         self._steps_in_chunk = 0
         self._last_flush = time.monotonic()
         self._steps_in_window = 0
-        self._window_index = 0
+        self._window_index = 0  # windows whose summaries arrived
+        self._windows_closed = 0  # windows whose vectors were sent
+        self._pending_gather: tuple[Any, Any, int] | None = None
         self._group: Any = None
         self._wrapper: Any = None
         self._metrics: Any = None
@@ -360,6 +362,9 @@ class Observer:
                 self._fail_recording(exc)
         # Window boundaries are counted even when recording failed, so this rank keeps joining the
         # gathers its peers expect (with an empty contribution) instead of making them time out.
+        pending = self._pending_gather
+        if pending is not None and self.step_index - pending[2] >= self.config.gather_lag_steps:
+            self._finish_gather()
         self._steps_in_window += 1
         if self._steps_in_window >= self.config.window:
             self._steps_in_window = 0
@@ -377,18 +382,52 @@ class Observer:
         self.sink.submit({"steps": s, "collectives": c, "ops": o}, self.base_ns)
 
     def _window(self) -> None:
+        """Close a window: build this rank's vector and start the gather (asynchronous when
+        distributed; it is collected `gather_lag_steps` steps later, at the same step on every rank)."""
         if not self.guard.ok("gather"):
             return
+        if self._pending_gather is not None:
+            self._finish_gather()  # windows shorter than the lag: collect the previous one first
         cfg = self.config
         try:
             steps, colls = self.recorder.take_window() if self.recording else ([], [])
-            vec = windows.local_vector(rank=self.rank, window=self._window_index, steps=steps, colls=colls,
-                                       base_ns=self.base_ns, slots=cfg.arrival_slots)
-            matrix = self._gather(vec) if self.distributed else vec[None, :]
-            summaries = windows.cross_rank(matrix, cfg.arrival_slots)
+            vec = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
+                                       colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots)
+            self._windows_closed += 1
+            if self.distributed:
+                import torch
+
+                mine = torch.from_numpy(vec)
+                out = [torch.empty_like(mine) for _ in range(self.world)]
+                work = self._all_gather(out, mine, group=self._group, async_op=True)
+                self._pending_gather = (work, out, self.step_index)
+                if cfg.gather_lag_steps == 0:
+                    self._finish_gather()
+                return
+            summaries = windows.cross_rank(vec[None, :], cfg.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
+        self._use_window(summaries)
+
+    def _finish_gather(self) -> None:
+        """Wait for the pending gather (bounded by the group's timeout) and use its summaries."""
+        pending, self._pending_gather = self._pending_gather, None
+        if pending is None or not self.guard.ok("gather"):
+            return
+        work, out, _ = pending
+        try:
+            import torch
+
+            work.wait()
+            summaries = windows.cross_rank(torch.stack(out).numpy(), self.config.arrival_slots)
+        except Exception as exc:
+            self.guard.fail("gather", exc)
+            return
+        self._use_window(summaries)
+
+    def _use_window(self, summaries: list[WindowSummary]) -> None:
+        cfg = self.config
         self.summaries = summaries
         self.window_history.append(summaries)
         self._window_index += 1
@@ -398,14 +437,6 @@ class Observer:
         if (self._clock_jobs is not None and cfg.clock_every > 0
                 and (self.step_index + 1) % cfg.clock_every < cfg.window):
             self._clock_jobs.put(self._window_index)
-
-    def _gather(self, vec: np.ndarray) -> np.ndarray:
-        import torch
-
-        mine = torch.from_numpy(vec)
-        out = [torch.empty_like(mine) for _ in range(self.world)]
-        self._all_gather(out, mine, group=self._group)
-        return torch.stack(out).numpy()
 
     def _report(self, summaries: list[WindowSummary]) -> None:
         from fabricpace.observe.status import print_status, status_line, window_stats
@@ -452,6 +483,8 @@ class Observer:
         self.recording = False
         self.closed = True
         try:
+            if self._pending_gather is not None:
+                self._finish_gather()  # every rank closes after the same steps: collect the last window
             if was_recording:
                 poll = getattr(self.recorder.timeline, "source", None)
                 if poll is not None and self.recorder._pending:
