@@ -253,22 +253,6 @@ class Controller:
                     f"collection every {new} steps" + (f" instead of {cur_full}" if cur_full else ""),
                 )
         k = self.kept
-        if k.shares is not None and np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0):
-            cur = np.asarray(k.shares, dtype=np.float64)
-            shares, gain = self._rebalance_target(fleet, cur)
-            if gain >= c.rebalance_min_gain / 2:
-                self.kept = replace(k, shares=tuple(float(x) for x in shares))
-                r = int(np.argmax(fleet.cps))
-                self._decide(
-                    out,
-                    step,
-                    "rebalance",
-                    "adjust",
-                    shares[r] * self.world_size,
-                    f"compute still uneven (rank {r} slowest per sample): shares "
-                    f"{_fmt_shares(shares, self.world_size)}, predicted {gain * 100:.1f}% shorter steps",
-                    rank=r,
-                )
         k = self.kept
         if k.comm_window is not None and math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
             infl = fleet.transfer / self._quiet_transfer
@@ -320,7 +304,9 @@ class Controller:
         cps_ok = bool(np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0))
         if ready("rebalance") and k.shares is None and cps_ok:
             excess = fleet.cps / float(np.median(fleet.cps)) - 1.0
-            slow = np.flatnonzero(excess >= c.straggler_compute_excess)
+            # The slow group: clearly above the median and comparable to the slowest (a node of equally
+            # slow GPUs moves together; a rank that is only a little slow beside a very slow one waits).
+            slow = np.flatnonzero(excess >= max(c.straggler_compute_excess, 0.5 * float(excess.max())))
             last = float(fleet.last_share[slow].sum()) if slow.size else 0.0
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
@@ -337,6 +323,19 @@ class Controller:
                     candidates.append(
                         (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                     )
+        if ready("rebalance") and k.shares is not None and cps_ok:
+            # Further moves are candidates like the first one: each goes through the guard.
+            cur = np.asarray(k.shares, dtype=np.float64)
+            new, gain = self._rebalance_target(fleet, cur)
+            if gain >= c.rebalance_min_gain:
+                r = int(np.argmax(fleet.cps))
+                reason = (
+                    f"compute still uneven (rank {r} slowest per sample): trying shares "
+                    f"{_fmt_shares(new, self.world_size)}, predicted {gain * 100:.1f}% shorter steps"
+                )
+                candidates.append(
+                    (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
+                )
         if (
             ready("comm")
             and k.comm_window is None

@@ -1,0 +1,122 @@
+"""The controller on synthetic window summaries: triggers, guard verdicts, reasons, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricpace import ConfigError
+from fabricpace.pacing import Controller, PacingConfig, PacingState, parse_policies
+
+
+def test_healthy_run_takes_no_action(summaries):
+    ctl = Controller(4)
+    for w in range(10):
+        state, dec = ctl.update((w + 1) * 50, summaries(w))
+        assert dec == []
+        assert not state.active
+    assert ctl.describe() == "pacing: watching"
+
+
+def test_gc_churn_enables_lockstep_and_keeps_it_when_faster(summaries):
+    ctl = Controller(4)
+    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))
+    assert [d.policy for d in dec] == ["gc"] and dec[0].action == "enable"
+    assert "GC pauses" in dec[0].reason and state.gc_interval == ctl.config.gc_interval
+    # window 1 runs with lockstep (ON) and is clearly faster: kept after one pair
+    state, dec = ctl.update(100, summaries(1, step_ms=70, gc_ms=0.5, gc_count=5))
+    assert [(d.policy, d.action) for d in dec] == [("guard", "keep")]
+    assert "gc kept" in dec[0].reason and "CI" in dec[0].reason
+    assert state.gc_interval is not None and ctl.kept.gc_interval is not None
+
+
+def test_guard_reverts_a_policy_that_hurts(summaries):
+    ctl = Controller(4, PacingConfig(guard_cooldown=3))
+    ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))
+    times = {1: 110.0, 2: 112.0, 3: 100.0, 4: 100.0}  # (off, on), (on, off), ...: ON is slower
+    state = None
+    reverted = None
+    for w in range(1, 5):
+        state, dec = ctl.update((w + 1) * 50, summaries(w, step_ms=times[w], gc_ms=8, gc_count=3))
+        for d in dec:
+            if d.action == "revert":
+                reverted = d
+    assert reverted is not None and "gc reverted" in reverted.reason
+    assert "it hurts" in reverted.reason or "no gain" in reverted.reason
+    assert state is not None and state.gc_interval is None and ctl.kept.gc_interval is None
+
+
+def test_guard_reverts_when_no_gain_beyond_noise(summaries):
+    ctl = Controller(4)
+    ctl.update(50, summaries(0, step_ms=100, std_ms=30, gc_ms=8, gc_count=3))
+    seq = [99.0, 101.0, 100.5, 99.5, 100.2, 99.9]
+    decs = []
+    for w, t in enumerate(seq, start=1):
+        _state, dec = ctl.update((w + 1) * 50, summaries(w, step_ms=t, std_ms=30, gc_ms=8, gc_count=3))
+        decs += dec
+    assert any(d.action == "revert" and "no gain beyond noise" in d.reason for d in decs)
+    assert ctl.kept == PacingState()
+
+
+def test_straggler_gets_fewer_samples_with_a_reason(summaries):
+    ctl = Controller(4, policies=("rebalance",))
+    comp = [60.0, 90.0, 60.0, 60.0]
+    last = [1.0, 45.0, 2.0, 2.0]
+    state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    assert dec[0].policy == "rebalance" and dec[0].rank == 1
+    assert "rank 1 last in 90% of collectives, compute 50% above median" in dec[0].reason
+    assert state.shares is not None and state.shares[1] < 0.25 < state.shares[0]
+    assert sum(state.shares) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_straggler_without_last_arrivals_is_not_moved(summaries):
+    ctl = Controller(4, policies=("rebalance",))
+    # slower compute but never last (its slowness is hidden): nothing to gain by moving samples
+    state, dec = ctl.update(50, summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[15, 0, 15, 15]))
+    assert dec == [] and state.shares is None
+
+
+def test_comm_needs_persistent_inflation_and_exposure(summaries):
+    ctl = Controller(4, policies=("comm",))
+    ctl.update(50, summaries(0, transfer_ms=10, wait_ms=30))
+    _s, dec = ctl.update(100, summaries(1, transfer_ms=25, wait_ms=30))
+    assert dec == []  # one inflated window is not enough
+    state, dec = ctl.update(150, summaries(2, transfer_ms=25, wait_ms=30))
+    assert [d.policy for d in dec] == ["comm"] and state.comm_window == ctl.config.comm_window_init
+
+
+def test_identical_inputs_give_identical_decisions(summaries):
+    a, b = Controller(4), Controller(4)
+    for w in range(6):
+        s = summaries(w, step_ms=100 - 5 * (w % 2), gc_ms=6, gc_count=2, std_ms=3)
+        assert a.update(w * 50, s) == b.update(w * 50, list(reversed(s)))
+
+
+def test_placement_proposed_once_with_leaves(summaries):
+    ctl = Controller(4, policies="auto", leaves=[0, 1, 0, 1])
+    state, dec = ctl.update(50, summaries(0))
+    assert state.placement == (0, 2, 1, 3)
+    assert [d.policy for d in dec] == ["placement"] and "next restart" in dec[0].reason
+    _state, dec = ctl.update(100, summaries(1))
+    assert dec == []
+
+
+def test_bad_summaries_raise(summaries):
+    ctl = Controller(4)
+    with pytest.raises(ValueError, match="expected 4"):
+        ctl.update(50, summaries(0, world=3))
+    s = summaries(0)
+    s[1] = summaries(1)[1]
+    with pytest.raises(ValueError, match="mix windows"):
+        ctl.update(50, s)
+
+
+def test_policies_and_config_validation():
+    assert parse_policies("auto") == ("gc", "rebalance", "comm", "placement")
+    assert parse_policies("off") == ()
+    assert parse_policies(["comm", "gc"]) == ("gc", "comm")
+    with pytest.raises(ConfigError, match="unknown policy 'fast'"):
+        parse_policies("gc,fast")
+    with pytest.raises(ConfigError, match="gc_interval"):
+        PacingConfig(gc_interval=0)
+    with pytest.raises(ConfigError, match="unknown field 'nope'"):
+        PacingConfig().with_overrides(nope=1)

@@ -1,0 +1,71 @@
+"""The pacer's safety: controller errors and timeouts turn pacing off, decisions are written, shares
+change on the same step on every rank."""
+
+from __future__ import annotations
+
+import gc
+
+import pyarrow.parquet as pq
+
+from fabricpace.pacing import PacingConfig, PacingState, make_pacer
+
+
+def test_controller_error_turns_pacing_off_and_is_recorded(tmp_path, summaries):
+    p = make_pacer("auto", rank=0, world_size=4, run_dir=tmp_path, window=50)
+    p.on_window(49, summaries(0, world=3))  # wrong number of ranks: the controller raises
+    assert not p.enabled and "controller error" in p.status()
+    t = pq.read_table(tmp_path / "pacing.parquet").to_pylist()
+    assert t[-1]["action"] == "off" and t[-1]["policy"] == "guard"
+    assert p.batch_share(64) == 16  # equal split from now on
+    p.on_window(99, summaries(1))  # ignored, no exception
+    p.close()
+
+
+def test_slow_controller_turns_pacing_off(tmp_path, summaries):
+    was = gc.isenabled()
+    p = make_pacer("gc", rank=0, world_size=4, run_dir=tmp_path, window=50,
+                   config=PacingConfig(controller_timeout_s=0.0))
+    p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
+    assert not p.enabled and "limit" in (p.off_reason or "")
+    assert gc.isenabled() == was  # nothing was left applied
+    p.close()
+
+
+def test_only_rank_zero_writes(tmp_path, summaries):
+    p = make_pacer("gc", rank=1, world_size=4, run_dir=tmp_path, window=50)
+    p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
+    assert p.decisions and not (tmp_path / "pacing.parquet").exists()
+    p.close()
+
+
+def test_gc_lockstep_is_restored_on_close(tmp_path, summaries):
+    assert gc.isenabled()
+    p = make_pacer("gc", rank=0, world_size=4, run_dir=tmp_path, window=50)
+    p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
+    assert p.state.gc_interval is not None and not gc.isenabled()
+    p.on_step_start(50)  # a lockstep collection at a multiple of the interval
+    assert p.gc.collections == 1
+    p.close()
+    assert gc.isenabled()
+    assert "gc" in p.status()
+
+
+def test_shares_take_effect_after_the_lag_on_every_rank(tmp_path, summaries):
+    pacers = [make_pacer("rebalance", rank=r, world_size=4, run_dir=None, window=50) for r in range(4)]
+    s = summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])
+    for p in pacers:
+        p.on_step_end(49)
+        p.on_window(49, s)
+    lag = pacers[0].share_lag_steps
+    for step in (50, 50 + lag - 1):
+        assert pacers[0].batch_counts(64, step) == [16, 16, 16, 16]
+    after = [p.batch_counts(64, 50 + lag) for p in pacers]
+    assert all(a == after[0] for a in after) and sum(after[0]) == 64 and after[0][1] < 16
+
+
+def test_pin_applies_a_fixed_state(tmp_path):
+    p = make_pacer("off", rank=0, world_size=2, run_dir=tmp_path, window=50)
+    p.pin(PacingState(comm_window=1), step_time_ns=1e8)
+    assert p.comm.window == 1 and p.comm.budget_ns == 1_000_000
+    assert "pinned" in p.status()
+    p.close()
