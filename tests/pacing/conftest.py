@@ -38,12 +38,25 @@ def make_summaries(
     for r in range(world):
         out.append(
             WindowSummary(
-                rank=r, window=window, first_step=window * steps, steps=steps,
-                step_mean_ns=step_ms * 1e6, step_median_ns=step_ms * 1e6, step_std_ns=std_ms * 1e6,
-                compute_median_ns=comp[r] * 1e6, compute_per_sample_ns=comp[r] * 1e6 / samp[r],
-                wait_mean_ns=wait_ms * 1e6, comm_mean_ns=wait_ms * 1e6, transfer_mean_ns=transfer_ms * 1e6,
-                last_arrivals=lasts[r], collectives=float(sum(lasts)), data_mean_ns=0.0,
-                gc_mean_ns=gc_ms * 1e6, gc_count=gc_count, paced_mean_ns=0.0, samples_mean=samp[r],
+                rank=r,
+                window=window,
+                first_step=window * steps,
+                steps=steps,
+                step_mean_ns=step_ms * 1e6,
+                step_median_ns=step_ms * 1e6,
+                step_std_ns=std_ms * 1e6,
+                compute_median_ns=comp[r] * 1e6,
+                compute_per_sample_ns=comp[r] * 1e6 / samp[r],
+                wait_mean_ns=wait_ms * 1e6,
+                comm_mean_ns=wait_ms * 1e6,
+                transfer_mean_ns=transfer_ms * 1e6,
+                last_arrivals=lasts[r],
+                collectives=float(sum(lasts)),
+                data_mean_ns=0.0,
+                gc_mean_ns=gc_ms * 1e6,
+                gc_count=gc_count,
+                paced_mean_ns=0.0,
+                samples_mean=samp[r],
                 rss_bytes=rss,
             )
         )

@@ -19,8 +19,16 @@ from fabricpace.pacing.actuators import CommGate
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"world": 2, "steps": 30, "window": 10, "global_batch": 32, "hidden": 64, "churn": 300,
-         "dump_params": True, "timeout": 120.0}
+SMALL = {
+    "world": 2,
+    "steps": 30,
+    "window": 10,
+    "global_batch": 32,
+    "hidden": 64,
+    "churn": 300,
+    "dump_params": True,
+    "timeout": 120.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +44,9 @@ def test_gc_lockstep_keeps_parameters_bitwise(bench, off_run):
 
 def test_comm_gate_keeps_parameters_bitwise_and_limits_in_flight(bench, off_run):
     # budget = 1% of 10 s = 100 ms per step: enough that the window of one bucket is always honoured
-    rec = bench.run_training(pacing="comm", pin={"comm_window": 1, "step_time_ns": 1e10}, bucket_mb=0.01,
-                             **SMALL)
+    rec = bench.run_training(
+        pacing="comm", pin={"comm_window": 1, "step_time_ns": 1e10}, bucket_mb=0.01, **SMALL
+    )
     assert rec["max_in_flight"] == 1
     rows = np.asarray(rec["rows"], dtype=np.float64)
     assert rows[:, 6].sum() > 0  # waits were reported as paced_ns
@@ -46,8 +55,18 @@ def test_comm_gate_keeps_parameters_bitwise_and_limits_in_flight(bench, off_run)
 
 
 def test_rebalance_through_the_observer_moves_samples_and_matches_off(bench):
-    kw = {"world": 3, "steps": 60, "window": 10, "global_batch": 48, "hidden": 64, "slow_rank": 1,
-          "slow_factor": 12, "dump_params": True, "timeout": 150.0, "driver": "observer"}
+    kw = {
+        "world": 3,
+        "steps": 60,
+        "window": 10,
+        "global_batch": 48,
+        "hidden": 64,
+        "slow_rank": 1,
+        "slow_factor": 12,
+        "dump_params": True,
+        "timeout": 150.0,
+        "driver": "observer",
+    }
     off = bench.run_training(pacing="off", **kw)
     reb = bench.run_training(pacing="rebalance", **kw)
     enables = [d for d in reb["decisions"] if d["policy"] == "rebalance" and d["action"] == "enable"]

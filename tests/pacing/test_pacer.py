@@ -23,8 +23,9 @@ def test_controller_error_turns_pacing_off_and_is_recorded(tmp_path, summaries):
 
 def test_slow_controller_turns_pacing_off(tmp_path, summaries):
     was = gc.isenabled()
-    p = make_pacer("gc", rank=0, world_size=4, run_dir=tmp_path, window=50,
-                   config=PacingConfig(controller_timeout_s=0.0))
+    p = make_pacer(
+        "gc", rank=0, world_size=4, run_dir=tmp_path, window=50, config=PacingConfig(controller_timeout_s=0.0)
+    )
     p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
     assert not p.enabled and "limit" in (p.off_reason or "")
     assert gc.isenabled() == was  # nothing was left applied

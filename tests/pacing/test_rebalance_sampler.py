@@ -36,7 +36,9 @@ def test_weighted_mean_losses_give_the_global_mean():
     world = 4
     for counts in ([16, 16, 16, 16], [30, 4, 20, 10]):
         offs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        per_rank = [losses[o:o + c].mean() * sample_weight(c, 64, world) for o, c in zip(offs, counts, strict=True)]
+        per_rank = [
+            losses[o : o + c].mean() * sample_weight(c, 64, world) for o, c in zip(offs, counts, strict=True)
+        ]
         assert np.mean(per_rank) == pytest.approx(losses.mean(), rel=1e-12)
 
 
@@ -61,12 +63,14 @@ class FakeCounts:
 def test_balanced_sampler_covers_each_global_batch_exactly_once():
     world, batch = 4, 12
     pacer = FakeCounts([5, 1, 3, 3])
-    samplers = [BalancedSampler(120, batch, pacing=pacer, rank=r, world_size=world, seed=3) for r in range(world)]
+    samplers = [
+        BalancedSampler(120, batch, pacing=pacer, rank=r, world_size=world, seed=3) for r in range(world)
+    ]
     iters = [iter(s) for s in samplers]
     plain = BalancedSampler(120, batch, rank=0, world_size=1, seed=3)
     for step, whole in enumerate(plain):
         parts = [next(it) for it in iters]
-        assert sorted(sum(parts, [])) == sorted(whole)
+        assert sorted(i for p in parts for i in p) == sorted(whole)
         sizes = [len(p) for p in parts]
         assert sizes == ([3, 3, 3, 3] if step < 2 else [5, 1, 3, 3])
         assert samplers[1].weight == pytest.approx(sizes[1] * world / batch)

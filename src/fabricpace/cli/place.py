@@ -1,9 +1,159 @@
-"""fabricpace place: rank placement that keeps ring neighbours inside a leaf."""
+"""fabricpace place: rank placement that keeps ring neighbours inside a leaf.
+
+    fabricpace place --cluster roce-leaf-spine-2to1 --hosts hosts.txt
+    fabricpace place --cluster my.yaml --hosts hosts.txt --bytes 5G --out hosts.placed --format json
+
+The hosts file lists one host per line in today's rank order, MPI/DeepSpeed style:
+``HOST [slots=N] [node=K] [leaf=L]`` (``#`` starts a comment). A host's leaf is ``leaf=L`` when given,
+else the cluster's leaf of ``node=K``, else the leaf of the node at the host's line position. The
+proposed order groups hosts by leaf (stable), which minimizes the ring edges that cross the spine;
+the expected cross-leaf traffic uses a ring all-reduce over the nodes (2(n-1)/n x S per edge).
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
 import typer
+
+from fabricpace._errors import InputError
+from fabricpace.cli._common import check_format, parse_size
+
+_FIELD = re.compile(r"^(slots|node|leaf)=(\d+)$")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    slots: int | None
+    node: int | None
+    leaf: int | None
+    line: int
+
+    def render(self) -> str:
+        return self.name + (f" slots={self.slots}" if self.slots is not None else "")
+
+
+def parse_hosts(path: Path) -> list[Host]:
+    """Read a hosts file; InputError naming file:line for anything it cannot read."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the hosts file ({exc.strerror or exc})") from exc
+    hosts: list[Host] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *rest = line.split()
+        vals: dict[str, int] = {}
+        for tok in rest:
+            m = _FIELD.match(tok)
+            if m is None:
+                raise InputError(
+                    f"{path}:{i}: cannot read {tok!r}; expected 'HOST [slots=N] [node=K] [leaf=L]'"
+                )
+            vals[m.group(1)] = int(m.group(2))
+        if name in seen:
+            raise InputError(f"{path}:{i}: host {name!r} listed twice; list each host once (use slots=N)")
+        seen.add(name)
+        hosts.append(Host(name, vals.get("slots"), vals.get("node"), vals.get("leaf"), i))
+    if not hosts:
+        raise InputError(f"{path}: no hosts; write one host per line, e.g. 'node01 slots=8'")
+    return hosts
+
+
+def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[int]:
+    from fabricpace._errors import ConfigError
+
+    leaves = []
+    n_nodes = int(getattr(cluster, "nodes", 0))
+    for pos, h in enumerate(hosts):
+        if h.leaf is not None:
+            leaves.append(h.leaf)
+            continue
+        node = h.node if h.node is not None else pos
+        if node >= n_nodes:
+            raise InputError(
+                f"{path}:{h.line}: node {node} is outside the cluster's {n_nodes} nodes; "
+                "add node=K or leaf=L, or use a larger cluster file"
+            )
+        try:
+            leaves.append(int(cluster.leaf_of(node)))  # type: ignore[attr-defined]
+        except ConfigError as exc:
+            raise InputError(f"{path}:{h.line}: {exc}") from exc
+    return leaves
+
+
+def _human(n: float) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f} B"
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+
+    @app.command()
+    def place(
+        cluster: str = typer.Option(..., "--cluster", help="cluster preset name or YAML file"),
+        hosts: Path = typer.Option(..., "--hosts", help="hosts file in today's rank order"),
+        nbytes: str = typer.Option("1G", "--bytes", help="all-reduce size for the traffic estimate"),
+        out: Path | None = typer.Option(
+            None, "--out", help="write the proposed hostfile here (never overwrites)"
+        ),
+        fmt: str = typer.Option("table", "--format", help="table|json"),
+    ) -> None:
+        """Propose a rank order that keeps ring neighbours inside a leaf; print cross-leaf traffic."""
+        from fabricpace.fabric import load_cluster
+        from fabricpace.pacing.placement import plan_placement
+
+        check_format(fmt, ("table", "json"))
+        size = parse_size(nbytes, option="--bytes")
+        if out is not None and out.exists():
+            raise InputError(f"--out {out}: file exists; choose a new name (fabricpace never overwrites it)")
+        cl = load_cluster(cluster)
+        items = parse_hosts(hosts)
+        leaves = host_leaves(items, cl, hosts)
+        plan = plan_placement(leaves, nbytes=size)
+        ordered = [items[i] for i in plan.order]
+        hostfile = "".join(h.render() + "\n" for h in ordered)
+        if out is not None:
+            out.write_text(hostfile)
+        if fmt == "json":
+            print(
+                json.dumps(
+                    {
+                        "cluster": cl.name,
+                        "hosts": [h.name for h in ordered],
+                        "order": list(plan.order),
+                        "leaves": [leaves[i] for i in plan.order],
+                        "cross_leaf_edges": {"before": plan.edges_before, "after": plan.edges_after},
+                        "cross_leaf_bytes": {
+                            "before": plan.bytes_before,
+                            "after": plan.bytes_after,
+                            "all_reduce_bytes": size,
+                        },
+                        "hostfile": str(out) if out is not None else None,
+                    }
+                )
+            )
+            return
+        from rich.console import Console
+
+        con = Console()
+        con.print(f"cluster {cl.name}: {len(items)} hosts on {len(set(leaves))} leaves")
+        con.print(
+            f"ring edges crossing a leaf: {plan.edges_before} -> {plan.edges_after}; "
+            f"cross-leaf traffic per all-reduce of {_human(size)}: "
+            f"{_human(plan.bytes_before)} -> {_human(plan.bytes_after)}"
+        )
+        if not plan.improves:
+            con.print("the current order is already optimal; keep it")
+        con.print("proposed hostfile:" if out is None else f"proposed hostfile (written to {out}):")
+        print(hostfile, end="")
