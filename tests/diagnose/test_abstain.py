@@ -40,9 +40,7 @@ def test_one_rank_input_stall_is_still_found(tmp_path):
 
 
 def test_too_few_steps(tmp_path):
-    run = write_synthetic(
-        tmp_path / "r", SynthSpec(**{**BASE, "steps": 15}, slow_ranks=(1,), slow_factor=1.5)
-    )
+    run = write_synthetic(tmp_path / "r", SynthSpec(**{**BASE, "steps": 8}, slow_ranks=(1,), slow_factor=1.5))
     d = diagnose([run])
     assert d.findings == []
     assert "usable steps" in _modes(d)["all"]

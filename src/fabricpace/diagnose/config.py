@@ -14,7 +14,7 @@ class DiagnoseConfig:
     """Tunables of every detector. Shares are fractions of mean step time."""
 
     # Data sufficiency.
-    min_steps: int = 20  # usable steps (after warm-up) below which every mode abstains
+    min_steps: int = 8  # usable steps (after warm-up) below which every mode abstains (see docs)
     warmup_steps: int | None = None  # None: min(20, max(1, steps // 10))
     min_rank_coverage: float = 0.5  # a step is used only when at least this share of ranks recorded it
 

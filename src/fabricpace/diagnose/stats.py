@@ -96,7 +96,7 @@ def block_bootstrap(
     n = loss.size
     if n == 0:
         return 0.0, (float("nan"), float("nan"))
-    block = max(1, min(cfg.bootstrap_block, n))
+    block = max(1, min(cfg.bootstrap_block, n // 3))  # at least three blocks, even on short runs
     nblocks = int(np.ceil(n / block))
     rng = np.random.default_rng(cfg.seed)
     starts = rng.integers(0, n - block + 1, size=(cfg.bootstrap_resamples, nblocks))
