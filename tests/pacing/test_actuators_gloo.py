@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = {
     "world": 2,
-    "steps": 30,
+    "steps": 20,
     "window": 10,
     "global_batch": 32,
     "hidden": 64,
@@ -57,7 +57,7 @@ def test_comm_gate_keeps_parameters_bitwise_and_limits_in_flight(bench, off_run)
 def test_rebalance_through_the_observer_moves_samples_and_matches_off(bench):
     kw = {
         "world": 3,
-        "steps": 60,
+        "steps": 40,
         "window": 10,
         "global_batch": 48,
         "hidden": 64,
