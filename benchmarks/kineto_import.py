@@ -3,8 +3,9 @@
 For each size a synthetic single-rank PyTorch-profiler trace is written in the real layout
 (``fabricpace.importers.synthetic``: ProfilerStep annotations, cpu ops, runtime launches, GEMM and NCCL
 kernels with their metadata args, flow events). Each measurement runs in a fresh subprocess that
-reports its wall time and peak RSS (``ru_maxrss`` of itself and of any children it spawned), so one
-tool's heap never inflates the other's number. Runs alternate between the tools (A/B, B/A, ...) and
+reports its wall time, its CPU time (user + system, robust to other load on a shared machine) and its
+peak RSS (``ru_maxrss`` of itself and of any children it spawned), so one tool's heap never inflates
+the other's number. Runs alternate between the tools (A/B, B/A, ...) and
 the table shows medians over the repeats. ``baseline`` is the RSS after importing the libraries and
 before touching the trace; ``peak − baseline`` is what the trace itself costs.
 
@@ -41,6 +42,11 @@ def _rss_mb() -> float:
     return float("nan")
 
 
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _peak_mb() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -53,9 +59,9 @@ def child(tool: str, trace_dir: Path, out: Path, backend: str | None) -> None:
         from fabricpace.importers.kineto import import_kineto
 
         base = _rss_mb()
-        t0 = time.perf_counter()
+        c0, t0 = _cpu_s(), time.perf_counter()
         import_kineto(trace_dir, out)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, _cpu_s() - c0
     else:
         import logging
 
@@ -68,10 +74,10 @@ def child(tool: str, trace_dir: Path, out: Path, backend: str | None) -> None:
             cfg.set_parser_backend(ParserBackend(backend))
             ParserConfig.set_default_cfg(cfg)
         base = _rss_mb()
-        t0 = time.perf_counter()
+        c0, t0 = _cpu_s(), time.perf_counter()
         TraceAnalysis(trace_dir=str(trace_dir))
-        seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "peak_mb": _peak_mb(), "baseline_mb": base}))
+        seconds, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    print(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mb": _peak_mb(), "baseline_mb": base}))
 
 
 def measure(tool: str, trace_dir: Path, work: Path, backend: str | None) -> dict[str, float]:
@@ -113,9 +119,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     hta_name = f"HTA ({args.hta_backend or 'json'})"
     print(f"Kineto import, median of {args.repeats} interleaved runs per size (one fresh process each)\n")
-    print("| trace MB | tool | s | MB/s | peak RSS MB | peak − baseline MB | speed vs HTA "
-          "| memory vs HTA |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    print("| trace MB | tool | wall s | MB/s (wall) | CPU s | MB per CPU-s | peak RSS MB "
+          "| peak − baseline MB | CPU vs HTA | memory vs HTA |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     try:
         for size in sizes:
             path = write_trace(work / f"{size}MB", size)
@@ -126,7 +132,8 @@ def main() -> None:
                 for tool in order:
                     m = measure(tool, path.parent, work, args.hta_backend if tool == "hta" else None)
                     results.setdefault((size, tool), []).append(m)
-                    note = f"# {size} MB {tool}: {m['seconds']:.2f} s, peak {m['peak_mb']:.0f} MB"
+                    note = (f"# {size} MB {tool}: {m['seconds']:.2f} s wall, {m['cpu_s']:.2f} s CPU, "
+                            f"peak {m['peak_mb']:.0f} MB")
                     print(note, file=sys.stderr, flush=True)
             path.unlink()
             med = {}
@@ -139,12 +146,13 @@ def main() -> None:
                 extra = m["peak_mb"] - m["baseline_mb"]
                 ratio_s = ratio_m = ""
                 if tool == "fabricpace" and "hta" in med:
-                    ratio_s = f"{med['hta']['seconds'] / m['seconds']:.1f}×"
+                    ratio_s = f"{med['hta']['cpu_s'] / m['cpu_s']:.1f}× less"
                     hta_extra = med["hta"]["peak_mb"] - med["hta"]["baseline_mb"]
                     ratio_m = f"{extra / hta_extra:.3f}×" if hta_extra > 0 else ""
                 name = hta_name if tool == "hta" else "fabricpace"
-                print(f"| {actual:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | "
-                      f"{m['peak_mb']:.0f} | {extra:.0f} | {ratio_s} | {ratio_m} |", flush=True)
+                print(f"| {actual:.0f} | {name} | {m['seconds']:.2f} | {speed:.1f} | {m['cpu_s']:.2f} | "
+                      f"{actual / m['cpu_s']:.1f} | {m['peak_mb']:.0f} | {extra:.0f} | {ratio_s} "
+                      f"| {ratio_m} |", flush=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
