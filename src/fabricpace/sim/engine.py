@@ -91,19 +91,16 @@ class RankState:
 
 
 def shares_to_samples(shares: tuple[float, ...] | None, batch: int, world: int) -> np.ndarray:
-    """Integer samples per rank for the given shares of the global batch (largest remainder)."""
-    total = batch * world
+    """Integer samples per rank for the given shares of the global batch.
+
+    Uses the real rebalance actuator's rounding (``pacing.rebalance.counts_from_shares``), so the twin
+    moves exactly the samples a real rank would — including when rounding moves none.
+    """
     if shares is None:
         return np.full(world, batch, dtype=np.int64)
-    w = np.clip(np.asarray(shares, dtype=float), 0.0, None)
-    w = w / w.sum()
-    raw = w * total
-    base = np.floor(raw).astype(np.int64)
-    short = int(total - base.sum())
-    if short > 0:
-        order = np.argsort(-(raw - base), kind="stable")[:short]
-        base[order] += 1
-    return base
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    return np.asarray(counts_from_shares(shares, batch * world, world), dtype=np.int64)
 
 
 class Engine:
