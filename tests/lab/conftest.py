@@ -14,5 +14,11 @@ def lab_down_after():
     finally:
         from fabricpace.lab import fabric
 
+        errors = []
         for prefix in prefixes:
-            fabric.down(prefix)
+            try:
+                fabric.down(prefix)
+            except Exception as exc:  # keep tearing down the others; report at the end
+                errors.append(exc)
+        if errors:
+            raise errors[0]
