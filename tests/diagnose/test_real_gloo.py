@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,30 +21,50 @@ from fabricpace.diagnose import diagnose
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_real_gloo_slow_rank_is_named(tmp_path):
+    # Two real processes with the env:// rendezvous torchrun would set (without its launcher, which
+    # costs one more torch start-up on this machine).
     run = tmp_path / "run"
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
-    cmd = [
-        sys.executable,
-        "-m",
-        "fabricpace.cli.app",
-        "run",
-        "--nproc",
-        "2",
-        "--run-dir",
-        str(run),
-        "--",
-        str(ROOT / "examples" / "ddp_train.py"),
-        "--steps",
-        "50",
-        "--slow-rank",
-        "1",
-        "--slow-ms",
-        "20",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(
+            os.environ,
+            GLOO_SOCKET_IFNAME="lo",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+        )
+        cmd = [
+            sys.executable,
+            str(ROOT / "examples" / "ddp_train.py"),
+            "--run-dir",
+            str(run),
+            "--steps",
+            "50",
+            "--slow-rank",
+            "1",
+            "--slow-ms",
+            "20",
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-2000:]
     d = diagnose([run])
     stragglers = [f for f in d.findings if f.mode == "persistent_straggler"]
     assert len(stragglers) == 1, [f.to_dict() for f in d.findings]
