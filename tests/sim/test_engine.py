@@ -58,14 +58,14 @@ def test_iid_jitter_grows_like_expected_maximum(tmp_path, write_yaml):
     means = {}
     for nodes in (1, 4, 16):
         run = load_run(
-            simulate(cluster, wl, nz, nodes=nodes, steps=400, seed=3, out_dir=tmp_path / f"r{nodes}")
+            simulate(cluster, wl, nz, nodes=nodes, steps=300, seed=3, out_dir=tmp_path / f"r{nodes}")
         )
         it = step_table(run, 1)["iter_s"].to_numpy()
         comm = collective_time(cluster, "all_reduce", 40_000, nodes=nodes).time_s
         measured = it.mean() - comm
         expected = 0.1 * _max_normal_mc(nodes * 8, 0.05, rng)
         means[nodes] = measured
-        # within 0.6% of the Monte-Carlo of the maximum (sampling error of 400 steps is ~0.1%)
+        # within 0.6% of the Monte-Carlo of the maximum (sampling error of 300 steps is ~0.1%)
         assert measured == pytest.approx(expected, rel=6e-3), nodes
     assert means[1] < means[4] < means[16]
 

@@ -177,9 +177,35 @@ def test_study_cli_bad_input(cli, tmp_path):
         "--out",
         str(tmp_path / "s"),
     )
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    r = cli("study", "--backend", "sim", "--workload", "resnet-50", "--out", str(tmp_path / "s"))
-    assert r.returncode == 2 and "--cluster" in r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--nodes" in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_study_plan_checks(tmp_path):
+    from fabricpace import InputError
+    from fabricpace.study.runner import check_plan
+
+    base = dict(
+        backend="sim",
+        nodes=(1,),
+        modes=("baseline",),
+        repeats=1,
+        steps=10,
+        warmup=2,
+        seed=0,
+        out_dir=tmp_path,
+        cluster="single-switch",
+        workload="resnet-50",
+    )
+    check_plan(StudyPlan(**base))
+    for bad, needle in (
+        ({"cluster": None}, "--cluster"),
+        ({"modes": ("fast",)}, "--compare"),
+        ({"steps": 3}, "--steps"),
+        ({"backend": "cloud"}, "--backend"),
+    ):
+        with pytest.raises(InputError, match=needle):
+            check_plan(StudyPlan(**{**base, **bad}))
 
 
 @pytest.mark.parametrize("backend", ["local", "lab"])
