@@ -121,7 +121,8 @@ def session_a(rank: int, out: Path, result: dict) -> None:
 def session_b(rank: int, out: Path, result: dict, port: int) -> None:
     m = DDP(model(1), bucket_cap_mb=0.02)
     pacer = BrokenPacer()
-    cfg = ObserverConfig(status_line=False, flush_every=10, flush_interval_s=0)
+    # clock_every=10: the offset is re-estimated in the background twice during training.
+    cfg = ObserverConfig(status_line=False, flush_every=10, flush_interval_s=0, clock_every=10)
     gen = torch.Generator().manual_seed(20 + rank)
     metrics = ""
     with fabricpace.observe(m, run_dir=out / "b", pacing=pacer, window=10, config=cfg,
@@ -139,6 +140,7 @@ def session_b(rank: int, out: Path, result: dict, port: int) -> None:
     est = obs.clock_estimate
     result["b"] = {
         "offset_ns": est.offset_ns,
+        "clock_updates": obs.clock_updates,
         "err_ns": est.err_ns,
         "failures": obs.failures,
         "pacer_calls": pacer.calls,

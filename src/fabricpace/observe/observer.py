@@ -128,6 +128,7 @@ class Observer:
         self.summaries: list[WindowSummary] = []  # the last window's summaries (all ranks)
         self.window_history: list[list[WindowSummary]] = []
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
+        self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
         self._data_ns = 0
         self._gc_ns = 0
         self._gc_count = 0
@@ -465,6 +466,7 @@ class Observer:
             except Exception as exc:
                 self.guard.fail("clock", exc)
                 continue
+            self.clock_updates += 1
             if self.rank != 0:
                 self.clock_estimate = est
                 self.base_ns = self.t0 + est.offset_ns  # one int assignment: atomic for readers
