@@ -41,16 +41,12 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
         "negative size": (["--workload", str(neg)], "parameters"),
         "missing key": (["--workload", str(missing)], "batch_per_gpu"),
         "ghost rank": (["--workload", str(small_workload), "--noise", str(ghost)], "rank 99 does not exist"),
-        "unknown link": (["--workload", str(small_workload), "--noise", str(link)], "leaf9->spine99"),
-        "unknown field": (["--workload", str(small_workload), "--noise", str(typo)], "jiter"),
-    }
+    }, {"unknown link": (link, "leaf9->spine99"), "unknown field": (typo, "jiter")}
 
 
-@pytest.mark.parametrize(
-    "case", ["unknown preset", "negative size", "missing key", "ghost rank", "unknown link", "unknown field"]
-)
+@pytest.mark.parametrize("case", ["unknown preset", "negative size", "missing key", "ghost rank"])
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workload, case):
-    args, needle = _bad_cases(tmp_path, write_yaml, small_workload)[case]
+    args, needle = _bad_cases(tmp_path, write_yaml, small_workload)[0][case]
     out = tmp_path / "out"
     r = cli(
         "simulate",
@@ -71,10 +67,26 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workl
     assert not out.exists()  # nothing was written
 
 
-def test_existing_output_is_never_overwritten(cli, tmp_path, small_workload):
+@pytest.mark.parametrize("case", ["unknown link", "unknown field"])
+def test_bad_noise_files_are_config_errors(tmp_path, write_yaml, small_workload, case):
+    from fabricpace import ConfigError
+    from fabricpace.sim import simulate
+
+    noise, needle = _bad_cases(tmp_path, write_yaml, small_workload)[1][case]
+    with pytest.raises(ConfigError, match=needle.replace(">", ".")):
+        simulate(
+            "roce-leaf-spine-2to1", small_workload, noise, nodes=2, steps=5, seed=0, out_dir=tmp_path / "o"
+        )
+    assert not (tmp_path / "o").exists()
+
+
+def test_existing_output_is_never_overwritten(tmp_path, small_workload):
+    from fabricpace import InputError
+    from fabricpace.sim import simulate
+
     out = tmp_path / "keep"
     out.mkdir()
     (out / "mine.txt").write_text("precious")
-    r = cli("simulate", "--cluster", "single-switch", "--workload", str(small_workload), "--out", str(out))
-    assert r.returncode == 2 and "not empty" in r.stderr
+    with pytest.raises(InputError, match="not empty"):
+        simulate("single-switch", small_workload, None, nodes=1, steps=5, seed=0, out_dir=out)
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
