@@ -24,3 +24,75 @@ def test_imported_kineto_trace(tmp_path, slow_rank):
         assert d.healthy, [f.to_dict() for f in d.findings]
     else:
         assert [(f.mode, f.culprits.ranks) for f in d.findings] == [("persistent_straggler", [slow_rank])]
+
+
+def _write_whatif(folder, *, steps: int, dp: int, pp: int, slow_stage=None, slow_worker=None):
+    """A What-if (OSDI'25 artifact layout) trace: dp × pp workers, 2 micro-batches, ``steps`` steps.
+    Workers of ``slow_stage`` (or the one ``slow_worker`` = (dp_rank, stage)) compute 1.3× longer."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    cols = (
+        "dp_rank",
+        "stage",
+        "rank",
+        "step",
+        "optype",
+        "start_ts",
+        "duration",
+        "seq_id",
+        "mc",
+        "gmc",
+        "mb_id",
+    )
+    rows: dict[str, list] = {k: [] for k in cols}
+
+    def add(d, st, step, op, t, dur, seq, mb):
+        for key, v in zip(cols, (d, st, st * dp + d, step, op, t, dur, seq, 0, st, mb), strict=True):
+            rows[key].append(v)
+
+    for step in range(steps):
+        base = 10.0 + step * 2.0
+        arrive = {}
+        for d in range(dp):
+            for st in range(pp):
+                f = 1.3 if st == slow_stage or (d, st) == slow_worker else 1.0
+                t = base
+                for mb in range(2):
+                    dur = 0.05 * f * (1 + 0.01 * rng.standard_normal())
+                    add(d, st, step, "forward-compute", t, dur, mb, mb)
+                    t += dur
+                for mb in range(2):
+                    dur = 0.1 * f * (1 + 0.01 * rng.standard_normal())
+                    add(d, st, step, "backward-compute", t, dur, mb, mb)
+                    t += dur
+                arrive[(d, st)] = t
+        for d in range(dp):
+            for st in range(pp):
+                end = max(arrive[(x, st)] for x in range(dp)) + 0.02
+                add(d, st, step, "grads-reduce-scatter", arrive[(d, st)], end - arrive[(d, st)], 0, None)
+                add(d, st, step, "optimizer", end, 0.03, 0, None)
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), folder / "trace-T.parquet")
+    (folder / "meta-T.yaml").write_text(f"dp_size: {dp}\npp_size: {pp}\ntp_size: 1\nworld_size: {dp * pp}\n")
+    return folder / "trace-T.parquet"
+
+
+@pytest.mark.parametrize("case", ["healthy", "slow_stage", "slow_worker"])
+def test_imported_whatif_trace(tmp_path, case):
+    whatif = pytest.importorskip(
+        "fabricpace.importers.whatif", reason="the What-if importer is not available"
+    )
+    kw = {"slow_stage": {"slow_stage": 2}, "slow_worker": {"slow_worker": (1, 3)}}.get(case, {})
+    src = _write_whatif(tmp_path / "src", steps=30, dp=4, pp=4, **kw)
+    run = whatif.import_whatif(src, tmp_path / "run")
+    d = diagnose([run])
+    got = [(f.mode, f.culprits.ranks, f.culprits.stages) for f in d.findings]
+    if case == "healthy":
+        assert d.healthy, got
+    elif case == "slow_stage":
+        assert [g[0] for g in got] == ["stage_imbalance"] and got[0][2] == [2], got
+    else:  # worker (dp 1, stage 3) is rank 3 * 4 + 1 = 13; judged against its own stage's ranks
+        assert got == [("persistent_straggler", [13], [3])], got

@@ -107,6 +107,10 @@ def detect(
     basis = "quiet baseline"
     with_model = _model_baseline(inst, cluster, notes) if cluster is not None else None
     shape = ["op", "bytes", "size", "n_nodes"]
+    # Imports may lack sizes (What-if traces): unknown is one shape, not "no shape" (null keys never join).
+    inst = inst.with_columns(
+        pl.col("op").cast(pl.String).fill_null(""), *(pl.col(c).fill_null(-1) for c in shape[1:])
+    )
     quiet = inst.group_by(shape).agg(
         pl.col("transfer_ns").quantile(cfg.contention_baseline_quantile).alias("quiet_ns"),
         pl.len().alias("shape_n"),
