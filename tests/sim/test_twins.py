@@ -209,3 +209,13 @@ def test_real_controller_runs_in_the_loop(tmp_path, gc_noise):
     assert run.manifest.pacing["mode"] == "paced"
     assert run.manifest.complete
     assert "pacing_error" not in run.manifest.extra, run.manifest.extra
+
+
+def test_shipped_noise_presets_load():
+    from fabricpace.sim import load_noise
+    from fabricpace.sim._config import presets
+
+    names = presets("noise")
+    assert {"jitter", "gc-churn", "slow-node"} <= set(names)
+    for name in names:
+        assert load_noise(name).spec.name == name
