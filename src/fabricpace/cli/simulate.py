@@ -60,17 +60,17 @@ def _fmt_delta(row: dict[str, Any]) -> str:
         return "—"
     ci = row.get("delta_ci_pct")
     if not ci:
-        return f"{d:+.1f}%"
+        return f"{d:+.2f}%"
     # A CI that contains 0 is "no change" (within noise), whatever the point estimate says.
     verdict = "" if ci[0] > 0 or ci[1] < 0 else " (no change)"
-    return f"{d:+.1f}% ± {(ci[1] - ci[0]) / 2:.1f}{verdict}"
+    return f"{d:+.2f}% ± {(ci[1] - ci[0]) / 2:.2f}{verdict}"
 
 
 def study_table(rows: list[dict[str, Any]], title: str) -> Any:
     from rich.table import Table
 
-    t = Table(title=title)
-    for col in ("nodes", "mode", "samples/s ± 95% CI", "CV", "efficiency", "Δ vs baseline ± 95% CI"):
+    t = Table(title=title, caption="± = half-width of the 95% CI over repeats; Δ paired by seed")
+    for col in ("nodes", "mode", "samples/s", "CV", "eff.", "Δ vs baseline"):
         t.add_column(col, justify="right" if col != "mode" else "left", no_wrap=True)
     for r in sorted(rows, key=lambda r: (r["nodes"], r["mode"] != "baseline")):
         eff = "—" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
