@@ -80,12 +80,18 @@ def child(tool: str, trace_dir: Path, out: Path, backend: str | None) -> None:
     print(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mb": _peak_mb(), "baseline_mb": base}))
 
 
-def measure(tool: str, trace_dir: Path, work: Path, backend: str | None) -> dict[str, float]:
+def measure(tool: str, trace_dir: Path, work: Path, backend: str | None, timeout: float) -> dict[str, float]:
+    """One load in a fresh process; a run past ``timeout`` seconds is reported as such (inf), not dropped."""
     out = work / f"run-{tool}-{time.monotonic_ns()}"
     cmd = [sys.executable, __file__, "--child", tool, str(trace_dir), str(out)]
     if backend:
         cmd += ["--hta-backend", backend]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(out, ignore_errors=True)
+        inf = float("inf")
+        return {"seconds": inf, "cpu_s": inf, "peak_mb": float("nan"), "baseline_mb": float("nan")}
     shutil.rmtree(out, ignore_errors=True)
     if r.returncode != 0:
         raise SystemExit(f"{tool} failed on {trace_dir}:\n{r.stderr[-2000:]}")
@@ -108,6 +114,7 @@ def main() -> None:
     ap.add_argument("--no-hta", action="store_true", help="measure fabricpace only")
     ap.add_argument("--hta-backend", default=None, help="HTA parser backend (default: its default, json)")
     ap.add_argument("--workdir", default=None, help="where to write the traces (default: a temp dir)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="cap on one load in seconds (shown as inf)")
     ap.add_argument("--child", nargs=3, metavar=("TOOL", "DIR", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -130,7 +137,8 @@ def main() -> None:
             for rep in range(args.repeats):
                 order = tools if rep % 2 == 0 else tools[::-1]
                 for tool in order:
-                    m = measure(tool, path.parent, work, args.hta_backend if tool == "hta" else None)
+                    backend = args.hta_backend if tool == "hta" else None
+                    m = measure(tool, path.parent, work, backend, args.timeout)
                     results.setdefault((size, tool), []).append(m)
                     note = (f"# {size} MB {tool}: {m['seconds']:.2f} s wall, {m['cpu_s']:.2f} s CPU, "
                             f"peak {m['peak_mb']:.0f} MB")
@@ -146,7 +154,10 @@ def main() -> None:
                 extra = m["peak_mb"] - m["baseline_mb"]
                 ratio_s = ratio_m = ""
                 if tool == "fabricpace" and "hta" in med:
-                    ratio_s = f"{med['hta']['cpu_s'] / m['cpu_s']:.1f}× less"
+                    hta_cpu = med["hta"]["cpu_s"]
+                    ratio_s = f"{hta_cpu / m['cpu_s']:.1f}× less"
+                    if hta_cpu == float("inf"):
+                        ratio_s = "HTA timed out"
                     hta_extra = med["hta"]["peak_mb"] - med["hta"]["baseline_mb"]
                     ratio_m = f"{extra / hta_extra:.3f}×" if hta_extra > 0 else ""
                 name = hta_name if tool == "hta" else "fabricpace"
