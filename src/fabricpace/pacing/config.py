@@ -26,6 +26,10 @@ class PacingConfig:
     # Steps between lockstep young-generation collections (1 = at every step boundary, when the
     # step's temporaries are dead; each such collection only walks what the step allocated).
     gc_interval: int = 10
+    # When ranks see at least one automatic collection per step (Python's young generations firing
+    # mid-step: object churn), collect the young generations at every step boundary instead: each
+    # such collection only walks what one step allocated, so the aligned pause stays small.
+    gc_interval_churn: int = 1
     gc_interval_min: int = 1
     gc_interval_max: int = 200
     # Memory bound: if resident memory grows more than this fraction above its level when lockstep

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +64,10 @@ class Pacer:
         self._next_step = 0
         self._last_step_time_ns = 0.0
         self.controller_s = 0.0
+        self._writer: threading.Thread | None = None
+        self._write_lock = threading.Lock()
+        if self.rank == 0 and self.run_dir is not None:
+            import fabricpace.run.writer  # noqa: F401  (import pyarrow now, not at the first decision)
 
     # ----------------------------------------------------------------------------------- hooks
     def on_step_start(self, step: int) -> None:
@@ -152,7 +157,7 @@ class Pacer:
     def close(self) -> None:
         self.gc.close()
         self.comm.apply(None, 0, 0)
-        self._write()
+        self._write(wait=True)
 
     # -------------------------------------------------------------------------------- internals
     def _apply(self, state: PacingState, step: int) -> None:
@@ -182,15 +187,30 @@ class Pacer:
                 reason=f"pacing off: {reason}",
             )
         )
-        self._write()
+        self._write(wait=True)
 
-    def _write(self) -> None:
+    def _write(self, *, wait: bool = False) -> None:
+        """Rank 0 rewrites pacing.parquet in a background thread: the other ranks are already in the
+        next step's all-reduce, and a synchronous write would stall all of them (and look like a
+        slow window to the guard)."""
         if self.rank != 0 or self.run_dir is None:
             return
-        try:
-            write_decisions(self.run_dir, self.decisions)
-        except OSError as exc:  # a full disk must not stop training; the decisions stay in memory
-            log.warning("could not write pacing.parquet: %s", exc)
+        snapshot = list(self.decisions)
+        run_dir = self.run_dir
+
+        def write() -> None:
+            try:
+                with self._write_lock:
+                    write_decisions(run_dir, snapshot)
+            except OSError as exc:  # a full disk must not stop training; decisions stay in memory
+                log.warning("could not write pacing.parquet: %s", exc)
+
+        if self._writer is not None:
+            self._writer.join()
+        self._writer = threading.Thread(target=write, name="fabricpace-pacing-write", daemon=True)
+        self._writer.start()
+        if wait:
+            self._writer.join()
 
 
 def write_decisions(run_dir: str | Path, decisions: Sequence[Decision]) -> Path:
