@@ -3,16 +3,16 @@
 A scenario is a YAML file (or the name of a shipped one in ``fabricpace/data/lab_scenarios``)::
 
     name: throttled-rank
-    world: 8                # ranks, one per node
-    steps: 240
+    world: 4                # ranks, one per node (--nodes overrides)
+    steps: 60
     placement: contiguous   # or interleaved (consecutive ranks alternate leaves)
-    fabric: {leaves: 2, uplink: 1gbit, node_link: 2gbit}
+    fabric: {leaves: 2, uplink: 200mbit, node_link: 1gbit}
     workload: {batch_per_rank: 64, device_ms_per_sample: 1.0, hidden: 192, layers: 3}
     faults:
-      throttle: {ranks: [5], cpus: 0.05}                  # cgroup v1 CPU quota (CPUs)
-      gc_noise: {ranks: all, heap: 300000, churn: 20000}  # object churn / GC pressure
-      foreign_flow: {streams: 4, on_s: 0, off_s: 0}       # bulk TCP across the uplink (0/0: always on)
-      uplink_change: {after_s: 8, rate: 200mbit}          # tc rate change mid-run
+      throttle: {ranks: [1], cpus: 0.03}                  # cgroup v1 CPU quota (CPUs)
+      gc_noise: {ranks: all, heap: 200000, churn: 12000}  # object churn / GC pressure
+      foreign_flow: {streams: 8, on_s: 1.5, off_s: 1.5}   # bulk TCP across the uplink (0/0: always on)
+      uplink_change: {after_s: 8, rate: 50mbit}           # tc rate change mid-run
 """
 
 from __future__ import annotations
