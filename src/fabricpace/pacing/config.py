@@ -22,7 +22,7 @@ class PacingConfig:
     # --- gc: lockstep garbage collection -------------------------------------------------------
     # Enable lockstep collection when GC pauses cost at least this share of the mean step time: the
     # larger of their mean per rank and their amplified cost (a step waits for any rank's pause).
-    gc_trigger_share: float = 0.01
+    gc_trigger_share: float = 0.03
     # Steps between lockstep young-generation collections (1 = at every step boundary, when the
     # step's temporaries are dead; each such collection only walks what the step allocated).
     gc_interval: int = 10
@@ -39,7 +39,7 @@ class PacingConfig:
     # --- rebalance: move samples away from persistent stragglers --------------------------------
     # Ranks are persistent stragglers when their compute per sample is this much above the median
     # and together they arrive last in at least `straggler_last_share` of the collectives.
-    straggler_compute_excess: float = 0.03
+    straggler_compute_excess: float = 0.05
     straggler_last_share: float = 0.5
     # Adjust shares only when the predicted compute-critical-path saving is at least this large.
     rebalance_min_gain: float = 0.03
