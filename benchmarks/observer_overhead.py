@@ -39,16 +39,24 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="steps per block (default 1: arms alternate every step, the tightest pairing "
                         "on a noisy shared machine)")
     p.add_argument("--warmup", type=int, default=20, help="unmeasured steps per arm first (default 20)")
-    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--realistic", action="store_true",
+                   help="a larger step (hidden 1024, batch 256, 2 MB buckets: ~100 ms per step here), "
+                        "where a fixed per-bucket cost shows the share it has in real jobs")
+    p.add_argument("--hidden", type=int, default=None, help="default 512 (1024 with --realistic)")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
-    p.add_argument("--bucket-mb", type=float, default=0.5)
+    p.add_argument("--batch", type=int, default=None, help="samples per rank per step (32; 256 realistic)")
+    p.add_argument("--bucket-mb", type=float, default=None, help="DDP bucket cap (0.5; 2 realistic)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    big = a.realistic
+    a.hidden = a.hidden if a.hidden is not None else (1024 if big else 512)
+    a.batch = a.batch if a.batch is not None else (256 if big else 32)
+    a.bucket_mb = a.bucket_mb if a.bucket_mb is not None else (2.0 if big else 0.5)
+    return a
 
 
 def _model(hidden: int, layers: int):  # type: ignore[no-untyped-def]
@@ -237,7 +245,7 @@ def main() -> None:
     # One chunk per max(50 steps, 5 s) (ObserverConfig defaults).
     chunk_steps = max(50.0, 5e9 / step_ns)
     result = {
-        "world": a.world, "pairs": len(pairs), "steps_per_block": a.steps,
+        "world": a.world, "hidden": a.hidden, "layers": a.layers, "batch": a.batch, "pairs": len(pairs), "steps_per_block": a.steps,
         "steps_measured_per_arm": len(pairs) * a.steps, "buckets_per_step": buckets,
         "step_ms_without": float(np.median(wo_arr) / 1e6), "step_ms_with": float(np.median(w_arr) / 1e6),
         "overhead_pct": float(np.median(ratio) * 100), "overhead_ci95_pct": [lo * 100, hi * 100],
@@ -257,7 +265,8 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"observer overhead, {a.world} gloo ranks, {len(pairs)} rotated cycles x {a.steps} steps "
-          f"({result['steps_measured_per_arm']} steps per arm), {buckets} DDP buckets/step")
+          f"({result['steps_measured_per_arm']} steps per arm), {buckets} DDP buckets/step, "
+          f"MLP 128->{a.hidden}x{a.layers}->10, batch {a.batch}/rank")
     print(f"  median step without observer : {result['step_ms_without']:.2f} ms")
     print(f"  median step with observer    : {result['step_ms_with']:.2f} ms")
     print(f"  median step, PyTorch's Python allreduce_hook, no observer: {result['step_ms_pyhook']:.2f} ms")

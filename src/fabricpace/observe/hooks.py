@@ -17,10 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-
-def _bucket_bytes(bucket: Any) -> int:
-    buf = bucket.buffer()
-    return int(buf.numel() * buf.element_size())
+from fabricpace.observe.recorder import _EXIT
 
 
 def default_allreduce(process_group: Any) -> Callable[[Any, Any], Any]:
@@ -29,13 +26,15 @@ def default_allreduce(process_group: Any) -> Callable[[Any, Any], Any]:
 
     # Bound now, before an optional CollectiveWrapper patches the module: buckets are recorded once.
     all_reduce = dist.all_reduce
+    group = process_group if process_group is not None else dist.group.WORLD
+    # A group's size never changes: the scalar is computed once (the same float DDP uses).
+    scale = 1.0 / dist.get_world_size(group)
 
     # DDP inspects the hook's signature: annotations must be absent or the real torch types, and
     # under `from __future__ import annotations` they would be strings, so the hooks stay unannotated.
     def hook(_state, bucket):  # type: ignore[no-untyped-def]
-        group = process_group if process_group is not None else dist.group.WORLD
         buf = bucket.buffer()
-        buf.mul_(1.0 / dist.get_world_size(group))
+        buf.mul_(scale)
         return all_reduce(buf, group=group, async_op=True).get_future()
 
     return hook
@@ -46,11 +45,20 @@ def _first(value: Any) -> Any:
     return value[0] if isinstance(value, list) else value
 
 
+def _value(f: Any) -> Any:
+    return _first(f.value())
+
+
 def wrap_hook(
     observer: Any, *, user_hook: Callable[[Any, Any], Any] | None, user_state: Any, process_group: Any,
     group_name: str,
 ) -> Callable[[Any, Any], Any]:
-    """A comm hook recording arrival/completion into ``observer`` around ``user_hook`` (or the default)."""
+    """A comm hook recording arrival/completion into ``observer`` around ``user_hook`` (or the default).
+
+    Per bucket the hook holds the GIL on the autograd thread for a few µs, and the completion
+    callback — which any Python hook needs, to hand DDP a Python value — holds it on gloo's thread
+    for one clock read and one list store. Everything else (rows, metrics) happens at step end.
+    """
     inner = user_hook if user_hook is not None else default_allreduce(process_group)
     state = user_state if user_hook is not None else None
 
@@ -60,23 +68,29 @@ def wrap_hook(
         if observer.recording:
             try:
                 index = bucket.index()
-                observer.pacer.before_bucket(index)
-                rec = observer.recorder.enter(group_name, "all_reduce", _bucket_bytes(bucket), False)
+                if observer.pacer.pacer is not None:
+                    observer.pacer.before_bucket(index)
+                buf = bucket.buffer()
+                rec = observer.recorder.enter(group_name, "all_reduce", buf.numel() * buf.element_size(),
+                                              False)
             except Exception as exc:
                 observer.guard.fail("recording", exc)
                 observer.recording = False
         fut = inner(state, bucket)
         if rec is None:
-            return fut.then(lambda f: _first(f.value()))
+            return fut.then(_value)
+        mark = observer.recorder.mark
 
         def done(f: Any) -> Any:
             # Completion first, before anything else can delay the stamp.
             try:
-                observer.recorder.exit(rec)
-                observer.pacer.after_bucket(index)
+                rec[_EXIT] = mark()
+                if observer.pacer.pacer is not None:
+                    observer.pacer.after_bucket(index)
             except Exception as exc:
                 observer.guard.fail("recording", exc)
-            return _first(f.value())
+            value = f.value()
+            return value[0] if isinstance(value, list) else value
 
         return fut.then(done)
 
