@@ -40,7 +40,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                         "on a noisy shared machine)")
     p.add_argument("--warmup", type=int, default=20, help="unmeasured steps per arm first (default 20)")
     p.add_argument("--realistic", action="store_true",
-                   help="a larger step (hidden 1024, batch 256, 2 MB buckets: ~100 ms per step here), "
+                   help="a larger step (hidden 1024, batch 256, 2 MB buckets: ~100–140 ms per step here), "
                         "where a fixed per-bucket cost shows the share it has in real jobs")
     p.add_argument("--hidden", type=int, default=None, help="default 512 (1024 with --realistic)")
     p.add_argument("--layers", type=int, default=4)
@@ -74,8 +74,7 @@ def worker(a: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import fabricpace
-    from fabricpace.observe import ObserverConfig
+    from fabricpace.observe import ObserverConfig, observe
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -92,8 +91,7 @@ def worker(a: argparse.Namespace) -> None:
     x = torch.randn(a.batch, 128, generator=gen)
     y = torch.randint(0, 10, (a.batch,), generator=gen)
     run_dir = Path(a.out).parent / "run"
-    obs = fabricpace.observe(observed, run_dir=run_dir, window=a.window,
-                             config=ObserverConfig(status_line=False))
+    obs = observe(observed, run_dir=run_dir, window=a.window, config=ObserverConfig(status_line=False))
 
     def step_plain() -> None:
         plain.zero_grad(set_to_none=True)
@@ -245,7 +243,8 @@ def main() -> None:
     # One chunk per max(50 steps, 5 s) (ObserverConfig defaults).
     chunk_steps = max(50.0, 5e9 / step_ns)
     result = {
-        "world": a.world, "hidden": a.hidden, "layers": a.layers, "batch": a.batch, "pairs": len(pairs), "steps_per_block": a.steps,
+        "world": a.world, "hidden": a.hidden, "layers": a.layers, "batch": a.batch,
+        "pairs": len(pairs), "steps_per_block": a.steps,
         "steps_measured_per_arm": len(pairs) * a.steps, "buckets_per_step": buckets,
         "step_ms_without": float(np.median(wo_arr) / 1e6), "step_ms_with": float(np.median(w_arr) / 1e6),
         "overhead_pct": float(np.median(ratio) * 100), "overhead_ci95_pct": [lo * 100, hi * 100],
