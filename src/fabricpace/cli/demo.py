@@ -45,6 +45,12 @@ def _compare(off: Path, auto: Path, warmup: int) -> None:
         f"local run, pacing auto: {b['throughput']:8.1f} samples/s, CV {b['cv']:.3f}  ({auto})\n"
         f"pacing: {delta:+.1f}% throughput (one run each: see `fabricpace study --backend local` for CIs)"
     )
+    run = load_run(auto)
+    if run.pacing.height:
+        typer.echo("what the coordination layer did (pacing.parquet):")
+        rows = run.pacing.select("step", "policy", "action", "reason").iter_rows()
+        for step, policy, action, reason in rows:
+            typer.echo(f"  step {step:>4}  {policy:<9} {action:<7} {reason}")
 
 
 def register(app: typer.Typer) -> None:
