@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabricpace._errors import ConfigError
+from fabricpace._yaml import parse_yaml, validate
 from fabricpace.lab.config import parse_rate
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "lab_scenarios"
@@ -118,17 +118,4 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             raise ConfigError(f"--scenario {text_name!r}: not a shipped scenario "
                               f"({', '.join(shipped_names())}) and no such file")
         source, text = str(path), path.read_text()
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping with at least 'name'")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top)"
-        raise ConfigError(f"{source}: field '{field}': {err['msg']}") from exc
+    return validate(Scenario, parse_yaml(text, source=source), source=source, docs="docs/lab.md")

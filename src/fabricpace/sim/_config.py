@@ -10,12 +10,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from fabricpace._errors import ConfigError
+from fabricpace._yaml import read_yaml
+from fabricpace._yaml import validate as _validate
 
 M = TypeVar("M", bound=BaseModel)
+
+__all__ = ["data_dir", "presets", "read_yaml", "resolve", "validate"]
 
 
 def data_dir(kind: str) -> Path:
@@ -31,36 +34,9 @@ def presets(kind: str) -> list[str]:
     return sorted(n for n in names if not n.startswith(("_", ".")))
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Parse a YAML mapping; unreadable or non-mapping files are ConfigErrors naming the file."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror}); check the path") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
-    return raw
-
-
 def validate(model: type[M], raw: dict[str, Any], *, source: str) -> M:
-    """Validate ``raw`` against ``model``; the first error becomes a one-line ConfigError."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling (see docs/simulator.md)"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        raise ConfigError(f"{source}: field '{field}': {msg}") from exc
+    """Validate a simulator file (workload, noise, scenario); errors point at docs/simulator.md."""
+    return _validate(model, raw, source=source, docs="docs/simulator.md")
 
 
 def resolve(name_or_path: str | Path, kind: str) -> tuple[Path, bool]:
