@@ -6,11 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fabricpace.diagnose import diagnose
-
-kineto = pytest.importorskip("fabricpace.importers.kineto", reason="the Kineto importer is not available")
-synthetic = pytest.importorskip(
-    "fabricpace.importers.synthetic", reason="synthetic Kineto traces unavailable"
-)
+from fabricpace.importers import kineto, synthetic, whatif
 
 
 @pytest.mark.parametrize("slow_rank", [None, 3])
@@ -82,9 +78,6 @@ def _write_whatif(folder, *, steps: int, dp: int, pp: int, slow_stage=None, slow
 
 @pytest.mark.parametrize("case", ["healthy", "slow_stage", "slow_worker"])
 def test_imported_whatif_trace(tmp_path, case):
-    whatif = pytest.importorskip(
-        "fabricpace.importers.whatif", reason="the What-if importer is not available"
-    )
     kw = {"slow_stage": {"slow_stage": 2}, "slow_worker": {"slow_worker": (1, 3)}}.get(case, {})
     src = _write_whatif(tmp_path / "src", steps=30, dp=4, pp=4, **kw)
     run = whatif.import_whatif(src, tmp_path / "run")

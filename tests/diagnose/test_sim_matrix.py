@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fabricpace import sim
 from fabricpace.diagnose import diagnose
-
-sim = pytest.importorskip("fabricpace.sim", reason="the simulator (fabricpace.sim) is not available")
 
 SMALL = """name: toy
 parameters: 5.0e7
