@@ -70,3 +70,22 @@ def test_pin_applies_a_fixed_state(tmp_path):
     assert p.comm.window == 1 and p.comm.budget_ns == 1_000_000
     assert "pinned" in p.status()
     p.close()
+
+
+def test_wants_comm_hook_only_when_gating_is_near(tmp_path, summaries):
+    p = make_pacer("auto", rank=1, world_size=4, run_dir=None, window=50)
+    assert not p.wants_comm_hook()  # a fresh run pays for no comm hook
+    p.on_window(49, summaries(0, transfer_ms=10.0, wait_ms=20.0))  # quiet level learnt
+    assert not p.wants_comm_hook()
+    p.on_window(99, summaries(1, transfer_ms=20.0, wait_ms=20.0))  # inflated once: trial may start next
+    assert p.wants_comm_hook() and p.state.comm_window is None
+    p.on_window(149, summaries(2, transfer_ms=20.0, wait_ms=20.0))  # inflated twice: comm on trial
+    assert p.wants_comm_hook() and p.state.comm_window is not None
+    p.close()
+    off = make_pacer("gc,rebalance", rank=0, world_size=4, run_dir=None, window=50)
+    for w in range(3):
+        off.on_window(49 + 50 * w, summaries(w, transfer_ms=10.0 * (1 + w), wait_ms=20.0))
+    assert not off.wants_comm_hook()  # comm not among the policies
+    pinned = make_pacer("off", rank=0, world_size=2, run_dir=None, window=50)
+    pinned.pin(PacingState(comm_window=1), step_time_ns=1e8)
+    assert pinned.wants_comm_hook()

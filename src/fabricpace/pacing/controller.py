@@ -137,6 +137,9 @@ class Controller:
         self._placement_done = False
         self._bundle_failed = False
         self._last_inflation = 0.0
+        # True when the comm trigger fired in the last window and fires again next window (the trial
+        # would start then): the observer installs its DDP comm hook one window ahead.
+        self.comm_armed = False
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
@@ -158,6 +161,12 @@ class Controller:
                 self._propose(step, fleet, out)
         if math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
             self._last_inflation = fleet.transfer / self._quiet_transfer
+        self.comm_armed = (
+            "comm" in self.policies
+            and self.kept.comm_window is None
+            and self._last_inflation > self.config.comm_high
+            and fleet.wait_share >= self.config.comm_trigger_share
+        )
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.decisions.extend(out)
@@ -181,6 +190,16 @@ class Controller:
         if t is not None:
             parts.append(f"trial {t.policy} {len(t.times)}/{2 * self.config.guard_pairs}")
         return "pacing: " + (", ".join(parts) if parts else "watching")
+
+    def wants_comm(self) -> bool:
+        """Whether bucket launches may be gated in the next window or the one after it: comm is kept,
+        on trial, or its trigger fired once (a trial starts if it fires again)."""
+        if "comm" not in self.policies:
+            return False
+        t = self.guard.trial
+        if t is not None and (t.on.comm_window is not None or t.on.comm_spacing_ns > 0):
+            return True
+        return self.kept.comm_window is not None or self.kept.comm_spacing_ns > 0 or self.comm_armed
 
     # ------------------------------------------------------------------------------------ internals
     def _gating_now(self, window: int) -> bool:

@@ -107,6 +107,15 @@ class Pacer:
         if decisions:
             self._write()
 
+    def wants_comm_hook(self) -> bool:
+        """True when the comm actuator gates launches now or may within the next window (it is kept,
+        on trial, or its trigger fired once). The observer runs without a DDP comm hook until this
+        returns True, then installs one (and keeps it): a Python comm hook costs time on every
+        bucket, so a run that never gates should not pay for it. Checked after each ``on_window``."""
+        if self.state.comm_window is not None or self.state.comm_spacing_ns > 0:
+            return True
+        return self.enabled and self.controller.wants_comm()
+
     def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
         """Samples per rank for ``step`` (default: the step about to run); sums to ``global_batch``."""
         k = self._next_step if step is None else step

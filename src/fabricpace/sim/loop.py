@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace._errors import ConfigError, InputError
+from fabricpace.pacing.state import PacingState
 from fabricpace.run.manifest import Manifest
 from fabricpace.sim.engine import BlockResult, Engine
 from fabricpace.sim.noise import Noise, load_noise
@@ -36,6 +37,10 @@ class SimOptions:
     window: int = 50  # steps per window summary (the observer's default window)
     block_elements: int = 3_000_000  # ranks × collectives × steps held in memory at once
     record_collectives: bool = True  # False drops the per-rank collectives table (huge scales)
+    # A fixed pacing state applied from step 0 with no controller and no guard (the simulator's
+    # ``Pacer.pin``): what an actuator gives at best when it is on all the time. Ignored when a
+    # controller is given.
+    pinned: PacingState | None = None
 
 
 def _load_cluster(cluster: Any) -> Any:
@@ -128,6 +133,9 @@ def simulate(
     pacing_info: dict[str, Any] = {"mode": "off"}
     if controller is not None:
         pacing_info = {"mode": "paced", "controller": type(controller).__name__, "window": options.window}
+    elif options.pinned is not None:
+        apply_state(state, options.pinned, batch=wl.batch_per_gpu, gpus_per_node=g)
+        pacing_info = {"mode": "pinned", "state": repr(options.pinned)}
     manifest = Manifest(
         source="sim",
         world_size=world,
@@ -162,7 +170,7 @@ def simulate(
                 new_state, decisions = controller.update(w1, summaries)
                 apply_state(state, new_state, batch=wl.batch_per_gpu, gpus_per_node=g)
             except Exception as exc:  # the real layer turns pacing off on any controller error
-                from fabricpace.pacing.state import Decision, PacingState
+                from fabricpace.pacing.state import Decision
 
                 apply_state(state, PacingState(), batch=wl.batch_per_gpu, gpus_per_node=g)
                 decisions = [
