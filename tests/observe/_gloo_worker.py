@@ -11,6 +11,10 @@ B. straggler + clock: rank SLOW sleeps in every step; rank 2's clock is shifted 
 C. read-only run directory (made immutable by the test): training must finish.
 D. a peer gone: rank 3 closes its observer early (it keeps training); the others' next window
    gather times out after gather_timeout_s, is logged once, and training goes on.
+E. hook-free DDP instrumentation (the default without pacing): rank SLOW sleeps in every step; a
+   plain DDP replica runs the same data after the observed one, gradients compared bitwise.
+F. lazy comm hook: a pacer double that asks for bucket calls after its second window; the hook is
+   installed mid-run; gradients compared bitwise with a plain replica before and after.
 
 Each rank writes what it saw to OUT/rank-R.json; the tests read the JSON and the run directories.
 """
@@ -182,6 +186,70 @@ def session_d(rank: int, out: Path, result: dict) -> None:
                    "seconds": time.perf_counter() - t0}
 
 
+class LatePacer(TinyPacer):
+    """Says it wants the comm hook from its second window on (the same step on every rank)."""
+
+    def wants_comm_hook(self) -> bool:
+        self._hit("wants_comm_hook")
+        return len(self.windows) >= 2
+
+
+def _compare_and_step(plain: DDP, seen: DDP) -> bool:
+    pairs = list(zip(plain.parameters(), seen.parameters(), strict=True))
+    equal = all(torch.equal(p.grad, q.grad) for p, q in pairs)
+    with torch.no_grad():
+        for p, q in pairs:
+            p -= 0.01 * p.grad
+            q -= 0.01 * q.grad
+    return equal
+
+
+def session_e(rank: int, out: Path, result: dict) -> None:
+    seen = DDP(model(5), bucket_cap_mb=0.02)
+    plain = DDP(model(5), bucket_cap_mb=0.02)
+    cfg = ObserverConfig(status_line=False, flush_every=10, flush_interval_s=0)
+    gen = torch.Generator().manual_seed(50 + rank)
+    equal = []
+    with fabricpace.observe(seen, run_dir=out / "e", window=10, config=cfg) as obs:
+        for _ in range(24):
+            x = torch.randn(16, 32, generator=gen)
+            with obs.step(samples=16):
+                if rank == SLOW:
+                    time.sleep(0.03)
+                seen.zero_grad()
+                seen(x).square().sum().backward()  # observed first: its all-reduce sees the straggler
+                plain.zero_grad()
+                plain(x).square().sum().backward()
+            equal.append(_compare_and_step(plain, seen))
+        probe = obs._probe
+        kept = None if probe is None else [len(probe.kept), len(probe.buckets), len(probe._handles)]
+    result["e"] = {"equal": equal, "mode": obs.ddp_mode, "failures": obs.failures, "kept": kept,
+                   "windows": [[vars(s) for s in w] for w in obs.window_history]}
+
+
+def session_f(rank: int, out: Path, result: dict) -> None:
+    seen = DDP(model(6), bucket_cap_mb=0.02)
+    plain = DDP(model(6), bucket_cap_mb=0.02)
+    pacer = LatePacer()
+    cfg = ObserverConfig(status_line=False, flush_every=5, flush_interval_s=0, gather_lag_steps=0)
+    gen = torch.Generator().manual_seed(60 + rank)
+    equal, modes, buckets = [], [], []
+    with fabricpace.observe(seen, run_dir=out / "f", pacing=pacer, window=4, config=cfg) as obs:
+        for _ in range(14):
+            x = torch.randn(16, 32, generator=gen)
+            before = pacer.calls.get("before_bucket", 0)
+            with obs.step(samples=16):
+                seen.zero_grad()
+                seen(x).square().sum().backward()
+                plain.zero_grad()
+                plain(x).square().sum().backward()
+            buckets.append(pacer.calls.get("before_bucket", 0) - before)
+            modes.append(obs.ddp_mode)
+            equal.append(_compare_and_step(plain, seen))
+    result["f"] = {"equal": equal, "modes": modes, "bucket_calls": buckets, "hook_step": obs.comm_hook_step,
+                   "failures": obs.failures, "calls": pacer.calls}
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     port = int(sys.argv[2])
@@ -192,7 +260,9 @@ def main() -> None:
     session_a(rank, out, result)
     session_b(rank, out, result, port)
     session_c(rank, out, result)
-    session_d(rank, out, result)
+    session_e(rank, out, result)
+    session_f(rank, out, result)
+    session_d(rank, out, result)  # last: it leaves a timed-out gather behind on ranks 0-2
     (out / f"rank-{rank}.json").write_text(json.dumps(result, default=str))
     dist.destroy_process_group()
 

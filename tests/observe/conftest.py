@@ -50,3 +50,13 @@ def launch_ranks(
 def launcher():
     """(launch_ranks, free_port): the test modules cannot import conftest under importlib mode."""
     return launch_ranks, free_port
+
+
+@pytest.fixture
+def gloo_world1():
+    """A real one-rank gloo process group (DDP with world size 1) for the duration of a test."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

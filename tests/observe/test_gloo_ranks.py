@@ -129,3 +129,62 @@ def test_gone_peer_costs_one_timeout_then_observer_steps_aside(job):
         assert r["d"]["windows"] == 0  # the first gather timed out; no further attempts
         assert r["d"]["seconds"] < 60
     assert results[3]["d"]["failures"] == {}
+
+
+def _arrival_checks(run: fabricpace.RunData, first_step: int) -> tuple[float, int, pl.DataFrame]:
+    c = run.collectives.filter(pl.col("step") >= first_step)
+    last = c.group_by("group", "seq").agg(pl.col("rank").sort_by("t_enter_ns").last().alias("last"))
+    wait = (run.steps.filter(pl.col("step") >= first_step).group_by("rank").agg(pl.col("wait_ns").median())
+            .sort("rank"))
+    return float((last["last"] == SLOW).mean()), last.height, wait
+
+
+def test_hook_free_mode_names_the_slow_rank_and_keeps_gradients_bitwise(job):
+    out, results, _ = job
+    for r in results:
+        e = r["e"]
+        assert e["mode"] == "grad_hooks" and e["failures"] == {}
+        assert e["equal"] == [True] * 24
+        kept, buckets, handles = e["kept"]
+        assert kept == buckets == handles >= 2  # one hook per bucket after learning
+    run = fabricpace.load_run(out / "e")
+    assert run.manifest.complete and run.manifest.extra["ddp_mode"] == "grad_hooks"
+    c = run.collectives
+    # Learning takes DDP's first two steps (the rebuilt layout is reported one step late); from
+    # then on every step has every bucket on every rank, and a backward's buckets share one exit.
+    assert c["step"].min() == 2
+    per_step = c.group_by("rank", "step").agg(pl.len().alias("n"), pl.col("t_exit_ns").n_unique().alias("x"))
+    assert per_step["n"].n_unique() == 1 and (per_step["x"] == 1).all()
+    assert per_step.height == WORLD * 22
+    assert (c["t_exit_ns"] >= c["t_enter_ns"]).all()
+    share, n, wait = _arrival_checks(run, 2)
+    assert share >= 0.9, f"slow rank last in {share:.0%} of {n} collectives"
+    assert int(np.argmin(wait["wait_ns"].to_numpy())) == SLOW, wait
+    for w in results[0]["e"]["windows"][1:]:
+        assert max(range(WORLD), key=lambda k: w[k]["last_arrivals"]) == SLOW
+
+
+def test_comm_hook_installed_mid_run_when_the_pacer_asks(job):
+    out, results, _ = job
+    for r in results:
+        f = r["f"]
+        assert f["failures"] == {}
+        assert f["equal"] == [True] * 14  # bitwise identical before and after the switch
+        # Second window closes at step 7 (window 4, lag 0): the hook runs from step 8 on.
+        assert f["hook_step"] == 7
+        assert f["modes"] == ["grad_hooks"] * 7 + ["hook"] * 7  # switched at the end of step 7
+        assert f["bucket_calls"][:8] == [0] * 8 and min(f["bucket_calls"][8:]) >= 2
+        assert f["calls"]["before_bucket"] == f["calls"]["after_bucket"]
+        assert f["calls"]["wants_comm_hook"] == 3  # at start, after window 1, after window 2; then never
+    run = fabricpace.load_run(out / "f")
+    c = run.collectives.sort("rank", "seq")
+    # One sequence across the switch: no gap, no repeat, the same (seq -> step) on every rank.
+    for rank in range(WORLD):
+        seqs = c.filter(pl.col("rank") == rank)["seq"].to_list()
+        assert seqs == list(range(len(seqs)))
+    assert c.group_by("seq").agg(pl.col("step").n_unique().alias("k"))["k"].max() == 1
+    assert set(c["step"].to_list()) == set(range(2, 14))
+    # Hook-mode buckets complete one by one; probe buckets share the backward's end.
+    exits = c.group_by("rank", "step").agg(pl.col("t_exit_ns").n_unique().alias("x"))
+    assert (exits.filter(pl.col("step") < 8)["x"] == 1).all()
+    assert run.manifest.extra["comm_hook_installed_after_step"] == 7

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,16 +10,7 @@ dist = torch.distributed
 from fabricpace.observe import ObserverConfig, observe  # noqa: E402
 
 CFG = ObserverConfig(status_line=False, flush_mode="main")
-
-
-@pytest.fixture
-def gloo_world1():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+HOOK = ObserverConfig(status_line=False, flush_mode="main", ddp_instrumentation="hook")
 
 
 def _ddp():
@@ -43,6 +32,7 @@ def test_user_hook_is_wrapped_and_still_decides_the_reduction(gloo_world1, tmp_p
     model = _ddp()
     x = torch.randn(8, 16)
     plain(x).sum().backward()
+    # A user hook selects the comm-hook mode under the default "auto".
     with observe(model, tmp_path / "h", comm_hook=("state", double_hook), config=CFG) as obs:
         for _ in range(3):
             with obs.step(samples=8):
@@ -64,10 +54,27 @@ def test_already_registered_hook_is_reported_not_fatal(gloo_world1, tmp_path, ca
 
     model = _ddp()
     model.register_comm_hook(None, default_hooks.allreduce_hook)
-    with observe(model, tmp_path / "x", config=CFG) as obs, obs.step(samples=1):
+    with observe(model, tmp_path / "x", config=HOOK) as obs, obs.step(samples=1):
         model(torch.randn(2, 16)).sum().backward()
     assert "comm hook" in obs.failures
     assert sum("comm hook disabled" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_hook_free_default_observes_a_model_with_its_own_hook(gloo_world1, tmp_path):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model = _ddp()
+    model.register_comm_hook(None, default_hooks.allreduce_hook)  # the user's, registered by the user
+    with observe(model, tmp_path / "own", config=CFG) as obs:
+        for _ in range(5):
+            with obs.step(samples=2):
+                model(torch.randn(2, 16)).sum().backward()
+    assert obs.failures == {} and obs.ddp_mode == "grad_hooks"
+    import fabricpace
+
+    c = fabricpace.load_run(obs.run_dir).collectives
+    buckets = len(model.reducer._get_zeros_like_grad_buckets())
+    assert sorted(set(c["step"])) == [2, 3, 4] and c.height == 3 * buckets
 
 
 def test_collective_wrapper_records_and_restores(gloo_world1, tmp_path):

@@ -44,6 +44,15 @@ class ObserverConfig:
     close_timeout_s: float = 10.0
     # CUDA: events are resolved this many steps later (never torch.cuda.synchronize on the hot path).
     event_lag_steps: int = 2
+    # How DDP buckets are observed (docs/observer.md, "DDP instrumentation modes"):
+    # "grad_hooks": no comm hook — DDP's C++ reduction runs untouched; arrivals come from
+    #   post-accumulate-grad hooks (one per bucket), completion is the end of DDP's backward finalize.
+    # "hook": a Python comm hook wrapping the all-reduce — per-bucket completion, pacer bucket calls,
+    #   but every bucket pays the Python-hook price.
+    # "auto" (default): "hook" when a user comm hook is given or pacing names "comm"; otherwise
+    #   "grad_hooks", switching to "hook" (once, at a window boundary) when the pacer's
+    #   wants_comm_hook() first says it needs bucket calls.
+    ddp_instrumentation: str = "auto"
     # Print one status line per window on rank 0 (stderr).
     status_line: bool = True
     # Probe `nvidia-smi topo -m` when present (bounded by this timeout).
@@ -62,6 +71,11 @@ class ObserverConfig:
             raise ConfigError(f"ObserverConfig.gather_lag_steps must be >= 0 (got {self.gather_lag_steps!r})")
         if self.clock_every < 0:
             raise ConfigError(f"ObserverConfig.clock_every must be >= 0 (got {self.clock_every!r})")
+        if self.ddp_instrumentation not in ("auto", "hook", "grad_hooks"):
+            raise ConfigError(
+                "ObserverConfig.ddp_instrumentation must be 'auto', 'hook' or 'grad_hooks' "
+                f"(got {self.ddp_instrumentation!r})"
+            )
         if self.flush_mode not in ("thread", "main"):
             raise ConfigError(
                 f"ObserverConfig.flush_mode must be 'thread' or 'main' (got {self.flush_mode!r})"

@@ -147,6 +147,12 @@ class Observer:
         self._clock_thread: threading.Thread | None = None
         self._ctx = _StepContext(self)
         self._rank_row: dict[str, Any] = {}
+        # DDP instrumentation: "hook" (Python comm hook) or "grad_hooks" (ddp_probe), None without DDP.
+        self.ddp_mode: str | None = None
+        self.comm_hook_step: int | None = None  # step after which a lazily requested hook was installed
+        self._probe: Any = None
+        self._lazy_hook = False
+        self._ddp_args: tuple[Any, Any] = (None, None)
         self.rank, self.world, self.distributed = _rank_world()
         self.guard = Guard(self.rank)
         self.clock = CpuClock(clock_shift_ns(self.rank))
@@ -211,7 +217,7 @@ class Observer:
             self.guard.fail("pacing", exc)
         gc.callbacks.append(self._on_gc)
         if model is not None:
-            self._install_hook(model, comm_hook)
+            self._instrument_ddp(model, comm_hook, pacing)
         if wrap_collectives:
             from fabricpace.observe.collectives import CollectiveWrapper
 
@@ -232,7 +238,36 @@ class Observer:
             self._clock_thread.start()
         self.recording = True
 
-    def _install_hook(self, model: Any, comm_hook: tuple[Any, Any] | None) -> None:
+    def _instrument_ddp(self, model: Any, comm_hook: tuple[Any, Any] | None, pacing: Any) -> None:
+        """Observe DDP's buckets through a comm hook or hook-free (``ddp_probe``); see config."""
+        from fabricpace.observe.collectives import group_name
+        from fabricpace.observe.ddp_probe import GradHookProbe, choose_mode
+
+        mode, lazy = choose_mode(self.config.ddp_instrumentation, user_hook=comm_hook is not None,
+                                 pacing=pacing, pacer=self.pacer.pacer)
+        if lazy and self.pacer.wants_comm_hook():
+            mode, lazy = "hook", False
+        if mode == "hook":
+            self._install_hook(model, comm_hook)
+            return
+        if self.pacer.active and not lazy and self.config.ddp_instrumentation == "grad_hooks":
+            LOG.warning("fabricpace observer: ddp_instrumentation='grad_hooks': the pacer gets no "
+                        "before_bucket/after_bucket calls (comm pacing cannot act)")
+        pg = getattr(model, "process_group", None)
+        try:
+            self._probe = GradHookProbe(self, model, "ddp:" + group_name(pg))
+            self.ddp_mode = "grad_hooks"
+            self._lazy_hook = lazy
+            self._ddp_args = (model, comm_hook)
+        except Exception as exc:
+            self.guard.fail("ddp probe", exc)
+        if comm_hook is not None:  # explicit grad_hooks with a user hook: DDP runs it unwrapped
+            try:
+                model.register_comm_hook(comm_hook[0], comm_hook[1])
+            except Exception as exc:
+                self.guard.fail("comm hook", exc)
+
+    def _install_hook(self, model: Any, comm_hook: tuple[Any, Any] | None) -> bool:
         from fabricpace.observe.collectives import group_name
         from fabricpace.observe.hooks import wrap_hook
 
@@ -246,6 +281,31 @@ class Observer:
         except Exception as exc:
             # E.g. a hook was already registered: steps are still recorded, buckets are not.
             self.guard.fail("comm hook", exc)
+            return False
+        self.ddp_mode = "hook"
+        return True
+
+    def _maybe_install_hook(self) -> None:
+        """Lazy mode: after a window, install the comm hook once the pacer asks for bucket calls.
+        Runs between steps at the same step on every rank (the pacer decides from the same gathered
+        summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good."""
+        if not self.pacer.wants_comm_hook():
+            if not self.pacer.active:
+                self._lazy_hook = False  # pacing was dropped: nothing will ask any more
+            return
+        self._lazy_hook = False
+        model, comm_hook = self._ddp_args
+        if self._install_hook(model, comm_hook):
+            self._remove_probe()
+            self.comm_hook_step = self.step_index
+            if self.rank == 0:
+                LOG.info("fabricpace observer: pacer asked for bucket calls; DDP comm hook installed "
+                         "after step %d", self.step_index)
+
+    def _remove_probe(self) -> None:
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            probe.remove()
 
     def _publish_rank(self) -> None:
         row = locality.probe(self.rank)
@@ -350,6 +410,8 @@ class Observer:
         if self.recording:
             try:
                 paced = self.pacer.on_step_end(self.step_index)
+                if self._probe is not None:
+                    self._probe_step()
                 self.recorder.end(self._data_ns, self._gc_ns - self._gc0, self._gc_count - self._gcc0,
                                   paced, self._samples)
                 self._steps_in_chunk += 1
@@ -371,9 +433,26 @@ class Observer:
             self._steps_in_window = 0
             self._window()
 
+    def _probe_step(self) -> None:
+        probe = self._probe
+        try:
+            probe.end_step(self.recorder)
+        except Exception as exc:  # bucket records stop; steps go on being recorded
+            self.guard.fail("ddp probe", exc)
+            self._remove_probe()
+            # The layout could not be learned (the same on every rank): in "auto", observe through
+            # the comm hook instead, from the next step on.
+            if probe.learning and self.config.ddp_instrumentation == "auto":
+                self._lazy_hook = False
+                self._install_hook(*self._ddp_args)
+
     def _fail_recording(self, exc: BaseException) -> None:
         self.guard.fail("recording", exc)
         self.recording = False
+        try:
+            self._remove_probe()
+        except Exception as exc2:
+            self.guard.fail("ddp probe", exc2)
 
     # ------------------------------------------------------------------ chunks and windows
     def _flush(self) -> None:
@@ -433,6 +512,8 @@ class Observer:
         self.window_history.append(summaries)
         self._window_index += 1
         self.pacer.on_window(self.step_index, summaries)
+        if self._lazy_hook:
+            self._maybe_install_hook()
         if self.rank == 0:
             self._report(summaries)
         if (self._clock_jobs is not None and cfg.clock_every > 0
@@ -526,12 +607,13 @@ class Observer:
             self.guard.fail("writing", exc)
         self._manifest.complete = not unclosed
         self._manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(self.guard.failed),
-                                    steps=self.step_index + 1)
+                                    steps=self.step_index + 1, ddp_mode=self.ddp_mode,
+                                    comm_hook_installed_after_step=self.comm_hook_step)
         self._write_rank0_files(complete=True)
 
     def _switch_off(self) -> None:
         self.recording = False
-        for action in (self._remove_gc, self._stop_threads, self.pacer.close):
+        for action in (self._remove_probe, self._remove_gc, self._stop_threads, self.pacer.close):
             try:
                 action()
             except Exception as exc:

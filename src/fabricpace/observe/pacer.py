@@ -20,6 +20,7 @@ class Pacer(Protocol):
     def on_step_end(self, step: int) -> int: ...
     def before_bucket(self, bucket_index: int) -> None: ...
     def after_bucket(self, bucket_index: int) -> None: ...
+    # Optional: def wants_comm_hook(self) -> bool — see fabricpace.observe.ddp_probe.choose_mode.
     def on_window(self, step: int, summaries: list[WindowSummary]) -> None: ...
     def batch_share(self, global_batch: int) -> int: ...
     def status(self) -> str: ...
@@ -90,6 +91,17 @@ class SafePacer:
                 self.pacer.after_bucket(index)
             except Exception as exc:
                 self._drop(exc)
+
+    def wants_comm_hook(self) -> bool:
+        """The pacer's ``wants_comm_hook()`` (CONTRACTS.md, session 2); False when it has none."""
+        fn = getattr(self.pacer, "wants_comm_hook", None) if self.pacer is not None else None
+        if fn is None:
+            return False
+        try:
+            return bool(fn())
+        except Exception as exc:
+            self._drop(exc)
+            return False
 
     def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
         if self.pacer is not None:

@@ -119,6 +119,15 @@ class Recorder:
     def exit(self, rec: list[Any]) -> None:
         rec[_EXIT] = self.mark()
 
+    def bucket(self, group: str, nbytes: int, enter: Any, exit_: Any) -> None:
+        """A DDP bucket seen without a comm hook (``ddp_probe``): both stamps known at step end.
+        The sequence number is consumed even when ``enter`` is None (this rank missed the bucket's
+        stamp), so (group, seq) keeps naming the same instance on every rank."""
+        seq = self._seqs.get(group, 0)
+        self._seqs[group] = seq + 1
+        if enter is not None:
+            self._colls.append([seq, group, "all_reduce", nbytes, enter, exit_, False])
+
     # ---- steps (main thread) ----
     def begin(self, step: int) -> None:
         self.step = step

@@ -1,0 +1,144 @@
+"""Hook-free DDP instrumentation (``ddp_probe``): mode choice, bucket layout, no_sync, on real gloo."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricpace._errors import ConfigError
+from fabricpace.observe import ObserverConfig
+from fabricpace.observe.ddp_probe import choose_mode, parse_bucket_indices
+
+CFG = ObserverConfig(status_line=False, flush_mode="main")
+
+
+class _Wants:
+    def wants_comm_hook(self) -> bool:
+        return False
+
+
+class _NoWants:
+    def before_bucket(self, i: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("setting", "user_hook", "pacing", "pacer", "expected"),
+    [
+        ("auto", False, "off", None, ("grad_hooks", False)),
+        ("auto", True, "off", None, ("hook", False)),  # a user hook is wrapped by the comm hook
+        ("auto", False, "gc,comm", _Wants(), ("hook", False)),  # comm named explicitly
+        ("auto", False, ["comm"], _Wants(), ("hook", False)),
+        ("auto", False, "auto", _Wants(), ("grad_hooks", True)),  # lazy: install when asked
+        ("auto", False, "gc", _Wants(), ("grad_hooks", True)),
+        ("auto", False, "auto", _NoWants(), ("hook", False)),  # cannot say when: hook from the start
+        ("auto", False, "gc,rebalance", _NoWants(), ("grad_hooks", False)),
+        ("auto", False, _NoWants(), _NoWants(), ("hook", False)),  # a custom pacer object
+        ("hook", False, "off", None, ("hook", False)),
+        ("grad_hooks", True, "gc,comm", _NoWants(), ("grad_hooks", False)),  # explicit choice wins
+    ],
+)
+def test_mode_choice(setting, user_hook, pacing, pacer, expected):
+    assert choose_mode(setting, user_hook=user_hook, pacing=pacing, pacer=pacer) == expected
+
+
+def test_the_real_pacer_starts_hook_free_in_auto(tmp_path):
+    from fabricpace.pacing import make_pacer
+
+    pacer = make_pacer("auto", rank=0, world_size=2, run_dir=None, window=10)
+    assert pacer.wants_comm_hook() is False  # nothing triggered yet
+    assert choose_mode("auto", user_hook=False, pacing="auto", pacer=pacer) == ("grad_hooks", True)
+
+
+def test_bad_instrumentation_setting_is_a_config_error():
+    with pytest.raises(ConfigError, match="ddp_instrumentation"):
+        ObserverConfig(ddp_instrumentation="hooks")
+
+
+def test_bucket_index_text_parses():
+    assert parse_bucket_indices("5 4 3 2, 1 0") == [[5, 4, 3, 2], [1, 0]]
+    assert parse_bucket_indices("") == []
+
+
+torch = pytest.importorskip("torch")
+
+
+def _ddp(**kw):  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                              torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    return torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.005, **kw)
+
+
+def _reducer_layout(model, params):  # type: ignore[no-untyped-def]
+    """The buckets DDP really reduces (test-only: allocates a zero copy of every bucket)."""
+    index = {id(p): i for i, p in enumerate(params)}
+    return [[index[id(p)] for p in b.parameters()] for b in model.reducer._get_zeros_like_grad_buckets()]
+
+
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_learned_layout_is_ddps_and_one_hook_per_bucket_remains(gloo_world1, tmp_path, find_unused):
+    from fabricpace import load_run
+    from fabricpace.observe import observe
+
+    model = _ddp(find_unused_parameters=find_unused)
+    with observe(model, tmp_path / "r", config=CFG) as obs:
+        for _ in range(5):
+            with obs.step(samples=4):
+                model(torch.randn(4, 16)).sum().backward()
+        probe = obs._probe
+        assert obs.ddp_mode == "grad_hooks" and not probe.learning
+        assert probe.buckets == _reducer_layout(model, probe.params)
+        assert len(probe.buckets) >= 2 and len(probe._handles) == len(probe.buckets)
+        # Bucket sizes as DDP's comm hook would see them (bytes of the flat bucket).
+        real = model.reducer._get_zeros_like_grad_buckets()
+        assert probe.bucket_bytes == [b.buffer().numel() * b.buffer().element_size() for b in real]
+    assert obs.failures == {} and probe._handles == []  # closing removed every hook
+    c = load_run(obs.run_dir).collectives
+    first = 0 if find_unused else 2  # no rebuild with find_unused_parameters: layout known at step 0
+    assert sorted(set(c["step"])) == list(range(first, 5))
+    assert c.height == (5 - first) * len(probe.buckets)
+
+
+def test_no_sync_backwards_are_not_recorded(gloo_world1, tmp_path):
+    from fabricpace import load_run
+    from fabricpace.observe import observe
+
+    model = _ddp()
+    with observe(model, tmp_path / "r", config=CFG) as obs:
+        for _ in range(5):
+            with obs.step(samples=8):
+                with model.no_sync():  # gradient accumulation: nothing is reduced here
+                    model(torch.randn(4, 16)).sum().backward()
+                model(torch.randn(4, 16)).sum().backward()
+        buckets = len(obs._probe.buckets)
+    c = load_run(obs.run_dir).collectives
+    per_step = c.group_by("step").len()
+    # One synchronized backward per step: each bucket once, not twice (learning may end a step
+    # earlier than without no_sync, as every forward refreshes DDP's logging data).
+    assert per_step.height >= 3 and (per_step["len"] == buckets).all()
+
+
+def test_explicit_grad_hooks_registers_a_user_hook_unwrapped(gloo_world1, tmp_path):
+    from fabricpace.observe import observe
+
+    def double_hook(state, bucket):  # type: ignore[no-untyped-def]
+        buf = bucket.buffer()
+        buf.mul_(2.0)
+        return torch.distributed.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    plain, model = _ddp(), _ddp()
+    x = torch.randn(8, 16)
+    plain(x).sum().backward()
+    cfg = ObserverConfig(status_line=False, flush_mode="main", ddp_instrumentation="grad_hooks")
+    with observe(model, tmp_path / "u", comm_hook=(None, double_hook), config=cfg) as obs, obs.step():
+        model(x).sum().backward()
+    assert obs.ddp_mode == "grad_hooks" and obs.failures == {}
+    for p, q in zip(plain.parameters(), model.parameters(), strict=True):
+        assert torch.equal(q.grad, 2.0 * p.grad)
+
+
+def test_a_module_that_is_not_ddp_is_reported_once(tmp_path):
+    from fabricpace.observe import observe
+
+    with observe(torch.nn.Linear(2, 2), tmp_path / "n", config=CFG) as obs, obs.step():
+        pass
+    assert "ddp probe" in obs.failures and obs.ddp_mode is None
