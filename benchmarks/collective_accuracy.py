@@ -6,27 +6,27 @@ Validation set (tests/fabric/data, see its README for every source):
 * ``h100-ib``: one 8-node H100 / 8x400 Gb/s InfiniBand cluster, all_reduce_perf at 2, 4 and 8 nodes
   (raw nccl-tests logs, NVIDIA/nccl-tests issue #309).
 * ``p5-efa``: one AWS p5.48xlarge (H100, 32x100 Gb/s EFA) SageMaker HyperPod cluster, all_reduce_perf at
-  2, 4, 8, 16 and 32 nodes (the author's table of nccl-tests results, crazyguitar/aws-gpu-communication-
-  benchmark, data/nccl_all_reduce.csv).
+  2..32 nodes (32 MiB..8 GiB) and all_gather_perf at 2..32 nodes (32 MiB..2 GiB): the author's tables of
+  nccl-tests results (crazyguitar/aws-gpu-communication-benchmark and its earlier copy
+  crazyguitar/gpu-communication-benchmark).
 
-For each cluster both models are fitted on the 2- and 4-node rows only (32 MiB..8 GiB, least squares on
-log time) and predict every larger node count; nothing is fitted to the predicted rows. The closest
-preset without any calibration is scored too, as a separate line. No multi-node all_gather_perf
-measurements of one cluster at several node counts were found, so all_gather is not scored; the script
-says so instead of inventing numbers.
+Protocol: for each cluster and collective, the model and the alpha-beta ring are fitted on that
+collective's 2- and 4-node rows only (least squares on log time) and predict every larger node count;
+nothing is fitted to the predicted rows. Also printed, for transparency: the p5 fit on both collectives'
+2- and 4-node rows at once, p5 all-reduce with NCCL's own algorithm choice instead of AWS's tuner plugin
+(which the measured run used), and the closest preset without any calibration.
 
 Run: ``.venv/bin/python benchmarks/collective_accuracy.py`` (a few seconds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from fabricpace.fabric import collective_time, load_cluster
+from fabricpace.fabric import Cluster, collective_time, load_cluster
 from fabricpace.fabric.calibrate import (
     Points,
     alpha_beta_fit,
@@ -44,47 +44,34 @@ CALIBRATION_NODES = (2, 4)
 
 @dataclass(frozen=True)
 class Dataset:
-    """Measurements of one cluster at several node counts, and the preset that describes it."""
+    """Measurements of one cluster at several node counts (one or more collectives) and its preset."""
 
     name: str
     preset: str
-    op: str
-    load: Callable[[], Points]
+    points: Points
     source: str
-    calibration_files: tuple[str, ...]
 
 
-def _h100_ib() -> Points:
-    return points_from_logs([parse_log(DATA / f"h100ib_n{n}_all_reduce.log") for n in (2, 4, 8)])
+def _concat(*parts: Points) -> Points:
+    return Points(*(np.concatenate([getattr(p, f) for p in parts]) for f in Points.__dataclass_fields__))
 
 
-def _p5_efa() -> Points:
-    return points_from_table(DATA / "p5efa_all_reduce_table.csv", "all_reduce")
-
-
-DATASETS = (
-    Dataset(
-        "h100-ib",
-        "dgx-h100-ib",
-        "all_reduce",
-        _h100_ib,
-        "NVIDIA/nccl-tests#309 logs",
-        ("h100ib_n2_all_reduce.log", "h100ib_n4_all_reduce.log"),
-    ),
-    Dataset(
-        "p5-efa",
-        "p5-efa",
-        "all_reduce",
-        _p5_efa,
-        "crazyguitar/aws-gpu-communication-benchmark",
-        ("p5efa_all_reduce_table.csv[nodes=2,4]",),
-    ),
-)
+def datasets() -> list[Dataset]:
+    """The validation set (tests/fabric/data)."""
+    h100 = points_from_logs([parse_log(DATA / f"h100ib_n{n}_all_reduce.log") for n in (2, 4, 8)])
+    p5 = _concat(
+        points_from_table(DATA / "p5efa_all_reduce_table.csv", "all_reduce"),
+        points_from_table(DATA / "p5efa_all_gather_table.csv", "all_gather"),
+    )
+    return [
+        Dataset("h100-ib", "dgx-h100-ib", h100, "NVIDIA/nccl-tests#309 logs"),
+        Dataset("p5-efa", "p5-efa", p5, "crazyguitar/(aws-)gpu-communication-benchmark tables"),
+    ]
 
 
 @dataclass(frozen=True)
 class Scored:
-    """Per predicted row: nodes, size, measured and predicted times (s), the model's plan, a-b time."""
+    """Per predicted row of one (cluster, collective): nodes, size, measured and predicted times (s)."""
 
     dataset: str
     op: str
@@ -94,57 +81,50 @@ class Scored:
     model: np.ndarray
     plan: list[str]
     alpha_beta: np.ndarray
-    uncalibrated: np.ndarray
 
     def errors(self, which: str) -> np.ndarray:
         return (getattr(self, which) / self.measured - 1.0) * 100.0
 
 
-def evaluate(ds: Dataset) -> tuple[Scored, str]:
-    """Fit on the calibration node counts, predict the rest; returns the scores and the fit summary."""
-    pts = ds.load()
-    cal_mask = np.isin(pts.nodes, CALIBRATION_NODES)
-    cal, test = select(pts, cal_mask), select(pts, ~cal_mask)
-    preset = load_cluster(ds.preset)
-    fit = calibrate_points(preset, cal, ds.calibration_files)
+def predict(cluster: Cluster, test: Points) -> tuple[np.ndarray, list[str]]:
+    """The model's times and plans for the points of ``test``."""
+    res = [
+        collective_time(cluster, str(o), s, nodes=int(n))
+        for o, s, n in zip(test.op, test.nbytes, test.nodes, strict=True)
+    ]
+    return np.array([r.time_s for r in res]), [f"{r.algorithm}/{r.protocol}" for r in res]
+
+
+def split(points: Points, op: str | None = None) -> tuple[Points, Points]:
+    """(calibration rows, predicted rows), of one collective or of all."""
+    mine = np.ones(len(points), bool) if op is None else points.op == op
+    cal = np.isin(points.nodes, CALIBRATION_NODES)
+    return select(points, mine & cal), select(points, mine & ~cal)
+
+
+def evaluate(ds: Dataset, op: str, cluster: Cluster | None = None) -> tuple[Scored, str]:
+    """Fit ``op``'s calibration rows, predict its larger node counts; the scores and the fit summary."""
+    cal, test = split(ds.points, op)
+    fit = calibrate_points(cluster or load_cluster(ds.preset), cal, [f"{ds.name}:{op}"])
     alpha, bw = alpha_beta_fit(cal)
-    results = [
-        collective_time(fit.cluster, str(o), s, nodes=int(n))
-        for o, s, n in zip(test.op, test.nbytes, test.nodes, strict=True)
-    ]
-    raw = [
-        collective_time(preset, str(o), s, nodes=int(n)).time_s
-        for o, s, n in zip(test.op, test.nbytes, test.nodes, strict=True)
-    ]
+    model, plan = predict(fit.cluster, test)
     scored = Scored(
-        ds.name,
-        ds.op,
-        test.nodes,
-        test.nbytes,
-        test.time_s,
-        np.array([r.time_s for r in results]),
-        [f"{r.algorithm}/{r.protocol}" for r in results],
-        alpha_beta_predict(test, alpha, bw),
-        np.array(raw),
+        ds.name, op, test.nodes, test.nbytes, test.time_s, model, plan, alpha_beta_predict(test, alpha, bw)
     )
     summary = (
-        f"{ds.name} ({ds.source}), preset {ds.preset}: {fit.summary()}\n"
+        f"{ds.name} {op} ({ds.source}): {fit.summary()}\n"
         f"  alpha-beta ring fit on the same rows: alpha={alpha * 1e6:.2f} us/step, B={bw / 1e9:.1f} GB/s"
     )
     return scored, summary
 
 
-def _stats(err: np.ndarray) -> str:
+def stats(err: np.ndarray) -> str:
+    """Median and worst |error| of a set of errors in percent."""
     a = np.abs(err)
     return f"median |error| {np.median(a):5.1f}%, worst {a.max():6.1f}%  (n={a.size})"
 
 
-def main() -> None:
-    scores = []
-    for ds in DATASETS:
-        scored, summary = evaluate(ds)
-        print(summary)
-        scores.append(scored)
+def _table(scores: list[Scored]) -> None:
     head = (
         "cluster",
         "op",
@@ -157,35 +137,66 @@ def main() -> None:
         "a-b us",
         "err %",
     )
-    widths = (8, 10, 5, 6, 12, 10, 12, 7, 10, 7)
-    print("\npredicted from the 2- and 4-node rows of the same cluster:")
+    widths = (8, 10, 5, 6, 12, 10, 16, 7, 10, 7)
     print(" ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
     for sc in scores:
         em, ea = sc.errors("model"), sc.errors("alpha_beta")
         for i in range(sc.nodes.size):
             print(
                 f"{sc.dataset:>8} {sc.op:>10} {int(sc.nodes[i]):>5} {int(sc.nbytes[i]) >> 20:>5}M "
-                f"{sc.measured[i] * 1e6:>12.1f} {sc.model[i] * 1e6:>10.1f} {sc.plan[i]:>12} {em[i]:>+7.1f} "
+                f"{sc.measured[i] * 1e6:>12.1f} {sc.model[i] * 1e6:>10.1f} {sc.plan[i]:>16} {em[i]:>+7.1f} "
                 f"{sc.alpha_beta[i] * 1e6:>10.1f} {ea[i]:>+7.1f}"
             )
+
+
+def main() -> None:
+    sets = datasets()
+    scores: list[Scored] = []
+    for ds in sets:
+        for op in sorted(set(ds.points.op.tolist())):
+            scored, summary = evaluate(ds, op)
+            print(summary)
+            scores.append(scored)
+    print("\npredicted from the 2- and 4-node rows of the same cluster and collective:")
+    _table(scores)
     print("\nsummary (predicted rows only; target: median <= 5%, worst <= 25%)")
     for sc in scores:
         for n in np.unique(sc.nodes):
             m = sc.nodes == n
-            print(f"  {sc.dataset:>8} {sc.op} {int(n):>2} nodes  model:      {_stats(sc.errors('model')[m])}")
-            print(f"  {'':>8} {'':>10} {'':>8}  alpha-beta: {_stats(sc.errors('alpha_beta')[m])}")
-        print(f"  {sc.dataset:>8} {sc.op} all nodes  model:      {_stats(sc.errors('model'))}")
-        print(f"  {'':>8} {'':>10} {'':>8}  alpha-beta: {_stats(sc.errors('alpha_beta'))}")
-        print(f"  {'':>8} {'':>10} {'':>8}  preset, uncalibrated: {_stats(sc.errors('uncalibrated'))}")
-    every = {w: np.concatenate([sc.errors(w) for sc in scores]) for w in ("model", "alpha_beta")}
-    print(f"  all clusters            model:      {_stats(every['model'])}")
-    print(f"  {'':>24}alpha-beta: {_stats(every['alpha_beta'])}")
-    print("all_gather: no multi-node all_gather_perf measurements of one cluster at several node counts were")
-    print("found -> not scored")
-    h100 = next(ds for ds in DATASETS if ds.name == "h100-ib")
-    fit = calibrate_points(
-        load_cluster(h100.preset), select(h100.load(), np.isin(h100.load().nodes, (2, 4))), ["h"]
+            print(
+                f"  {sc.dataset:>8} {sc.op:>10} {int(n):>2} nodes  model:      {stats(sc.errors('model')[m])}"
+            )
+            print(f"  {'':>8} {'':>10} {'':>8}  alpha-beta: {stats(sc.errors('alpha_beta')[m])}")
+        print(f"  {sc.dataset:>8} {sc.op:>10} all nodes  model:      {stats(sc.errors('model'))}")
+        print(f"  {'':>8} {'':>10} {'':>8}  alpha-beta: {stats(sc.errors('alpha_beta'))}")
+    for op in ("all_reduce", "all_gather"):
+        mine = [sc for sc in scores if sc.op == op]
+        for which in ("model", "alpha_beta"):
+            err = np.concatenate([sc.errors(which) for sc in mine])
+            print(f"  every cluster {op:>10} {which + ':':<11} {stats(err)}")
+
+    print("\nfor transparency (not the headline protocol):")
+    p5 = next(ds for ds in sets if ds.name == "p5-efa")
+    cal, test = split(p5.points)
+    joint = calibrate_points(load_cluster(p5.preset), cal, ["p5:both"])
+    model, _ = predict(joint.cluster, test)
+    print(f"  p5-efa, one fit on both collectives' 2+4-node rows: {joint.summary()}")
+    for op in ("all_reduce", "all_gather"):
+        m = test.op == op
+        print(f"    {op:>10}: {stats((model[m] / test.time_s[m] - 1) * 100)}")
+    nccl_choice, _ = evaluate(p5, "all_reduce", load_cluster(p5.preset).with_tuning(tuner="nccl"))
+    print(
+        "  p5-efa all_reduce with NCCL's own choice instead of AWS's tuner plugin (the run used the plugin):"
+        f" {stats(nccl_choice.errors('model'))}"
     )
+    for ds in sets:
+        for op in sorted(set(ds.points.op.tolist())):
+            _, test = split(ds.points, op)
+            raw, _ = predict(load_cluster(ds.preset), test)
+            print(f"  {ds.name} {op}, preset without calibration: {stats((raw / test.time_s - 1) * 100)}")
+
+    h100 = sets[0]
+    fit = calibrate_points(load_cluster(h100.preset), split(h100.points, "all_reduce")[0], ["h100"])
     print("\nh100-ib: unscored predictions (no measurements at these scales), busbw GB/s:")
     for nodes in (16, 32):
         row = [

@@ -23,7 +23,8 @@ def test_ring_all_reduce_matches_the_alpha_beta_closed_form(cluster_factory):
         for size in (1 << 20, 256 << 20, 4 << 30):
             r = collective_time(cl, "all_reduce", size, nodes=nodes, algorithm="ring", protocol="Simple")
             inter = 2 * (nodes - 1)
-            lat_us = 8.4 + inter * (2.0 + 0.5) + (2 * (n - 1) - inter) * 0.5
+            floor = 3 * 1.0  # Simple: 3 proxy operations of net_overhead_us=1 per step of a multi-node ring
+            lat_us = 8.4 + inter * max(2.0 + 0.5, floor) + (2 * (n - 1) - inter) * max(0.5, floor)
             expect = lat_us * 1e-6 + 2 * (n - 1) / n * size / (g * nic * 0.92)
             assert r.time_s == pytest.approx(expect, rel=1e-12)
             assert r.busbw_gbps == pytest.approx(r.algbw_gbps * 2 * (n - 1) / n)
@@ -33,7 +34,7 @@ def test_bandwidth_bound_ring_busbw_does_not_depend_on_rank_count(cluster_factor
     cl = cluster_factory(
         intra_node={"latency_us": 0.0},
         network={"hop_latency_us": 0.0, "nic_latency_us": 0.0},
-        tuning={"base_us": 0.0},
+        tuning={"base_us": 0.0, "net_overhead_us": 0.0},
     )
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         bus = [
@@ -53,6 +54,40 @@ def test_ring_latency_grows_with_the_rank_count(cluster_factory):
         for n in (2, 8, 32)
     ]
     assert lat[0] < lat[1] < lat[2]
+
+
+def test_multi_node_ring_steps_are_paced_by_the_proxy(cluster_factory):
+    """NCCL's rule: every step of a ring that spans nodes costs at least one network post (three with
+    Simple); a one-node ring keeps its NVLink latency. Closed form for an all-gather (n-1 steps)."""
+    cl = cluster_factory(tuning={"base_us": 0.0, "net_overhead_us": 9.0})
+    for proto, mult in (("LL128", 1.0), ("Simple", 3.0)):
+        for nodes in (2, 8, 32):
+            n = nodes * 8
+            r = collective_time(cl, "all_gather", 8, nodes=nodes, algorithm="ring", protocol=proto)
+            assert r.latency_s * 1e6 == pytest.approx((n - 1) * 9.0 * mult, rel=1e-12)
+    one = collective_time(cl, "all_gather", 8, nodes=1, algorithm="ring", protocol="Simple")
+    assert one.latency_s * 1e6 == pytest.approx(7 * 0.5, rel=1e-12)
+
+
+def test_selection_uses_nccl_constants_not_the_calibration():
+    """NCCL does not measure the fabric: a calibrated cluster picks the same algorithm and protocol as its
+    preset, and on EFA-like latencies the all-gather switch from LL128 to Simple happens at a fixed size per
+    rank (the switch size doubles with the node count), as in the p5 measurements."""
+    cl = load_cluster("p5-efa")
+    slow = cl.with_tuning(net_efficiency=0.3, tree_efficiency=0.3, base_us=500.0, net_overhead_us=20.0)
+    for op, nodes, size in (
+        ("all_reduce", 8, 64 << 20),
+        ("all_gather", 16, 1 << 30),
+        ("all_reduce", 2, 8 << 30),
+    ):
+        a, b = collective_time(cl, op, size, nodes=nodes), collective_time(slow, op, size, nodes=nodes)
+        assert (a.algorithm, a.protocol) == (b.algorithm, b.protocol)
+    first_simple = []
+    for nodes in (2, 4, 8, 16):
+        protos = [collective_time(cl, "all_gather", (32 << 20) << k, nodes=nodes).protocol for k in range(8)]
+        first_simple.append(protos.index("Simple"))
+        assert protos[first_simple[-1] :] == ["Simple"] * (8 - first_simple[-1])
+    assert np.diff(first_simple).tolist() == [1, 1, 1]
 
 
 def test_selection_follows_size_and_scale(cluster_factory):

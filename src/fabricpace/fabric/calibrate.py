@@ -1,15 +1,17 @@
 """Calibration: fit the collective model's free parameters to nccl-tests logs taken at a few node counts.
 
 What is fitted (``Tuning``): ``net_efficiency`` (share of NIC line rate a ring reaches),
-``tree_efficiency`` (the same for tree / NVLS-tree) and ``base_us`` (fixed cost per call). Everything else
-comes from the cluster file: link rates, topology, per-hop latencies (``latency_scale`` stays 1, because
-logs at two node counts cannot tell a per-hop latency from the fixed cost). The algorithm and protocol
-of every point are *not* given to the fit: the model's own NCCL-like selection picks them, as it will
-when predicting.
+``tree_efficiency`` (the same for tree / NVLS-tree), ``base_us`` (fixed cost per call) and
+``net_overhead_us`` (the proxy's cost per network operation, which paces every step of a ring that spans
+nodes; kept as it is when no calibration row uses such a ring). Everything else comes from the cluster
+file: link rates, topology, per-hop latencies (``latency_scale`` stays 1, because logs at two node counts
+cannot tell a per-hop latency from the fixed cost). The algorithm and protocol of every point are *not*
+given to the fit: the model's NCCL-like selection picks them, as it will when predicting; that choice
+uses NCCL's own constants (collectives.py), so it does not move while the fit runs.
 
 Objective: least squares on log(predicted / measured time) over the out-of-place times of every row
-between ``min_bytes`` and ``max_bytes`` (default 32 MiB..8 GiB, where the Simple protocol carries the
-data), minimised with Nelder-Mead on transformed parameters (logit for efficiencies, log for time).
+between ``min_bytes`` and ``max_bytes`` (default 32 MiB..8 GiB), minimised with Nelder-Mead on
+transformed parameters (logit for efficiencies, log for times) from three starts.
 
 ``alpha_beta_fit`` fits the plain ring baseline T = 2(n-1)·alpha + 2(n-1)/n·S/B the same way (same rows,
 same objective), for the side-by-side accuracy table.
@@ -26,15 +28,16 @@ import numpy as np
 from fabricpace._errors import InputError, ParseError
 from fabricpace.fabric.cluster import Cluster
 from fabricpace.fabric.collectives import (
+    LatencyParts,
     bus_factor,
-    candidate_plans,
-    latency_s,
+    latency_parts,
     model_terms,
     protocol_bandwidth,
+    selected_plan,
 )
 from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
 
-FITTED = ("net_efficiency", "tree_efficiency", "base_us")
+FITTED = ("net_efficiency", "tree_efficiency", "base_us", "net_overhead_us")
 
 
 @dataclass(frozen=True)
@@ -127,36 +130,43 @@ def select(points: Points, mask: np.ndarray) -> Points:
 class FastModel:
     """The collective model of collectives.py evaluated for many points and many tunings at once.
 
-    Per (op, nodes, gpn, algorithm, protocol) it precomputes the bandwidth terms at unit efficiency and
-    the latency without the fixed cost; the time for a tuning is then a few vector operations. Tests
-    check it equals ``collective_time`` exactly."""
+    The selection does not depend on the fitted values (it is NCCL's estimate, ``selected_plan``), so
+    every point's (algorithm, protocol) is fixed up front; per group of points with the same plan the
+    bandwidth terms at unit efficiency and the latency terms are precomputed, and the time for a tuning is
+    then a few vector operations. Tests check it equals ``collective_time`` exactly."""
 
     def __init__(self, cluster: Cluster, points: Points) -> None:
         self.points = points
-        keys = sorted(
-            {(str(o), int(n), int(g)) for o, n, g in zip(points.op, points.nodes, points.gpn, strict=True)}
-        )
-        zero = cluster.with_tuning(base_us=0.0)
-        self.plans: list[tuple[np.ndarray, str, str, float, float, float, float, float]] = []
-        for op, n, g in keys:
-            rows = (points.op == op) & (points.nodes == n) & (points.gpn == g)
-            for alg, proto in candidate_plans(cluster, op, n, g):
-                net, nvl, nvls = model_terms(cluster, op, n, g, alg)
-                lat0 = latency_s(zero, op, alg, proto, n, g)
-                base_share = latency_s(cluster.with_tuning(base_us=1.0), op, alg, proto, n, g) - lat0
-                self.plans.append((rows, alg, proto, net, nvl, nvls, lat0, base_share))
+        plans: dict[tuple[str, int, int, str, str], list[int]] = {}
+        for i, (o, n, g, s) in enumerate(
+            zip(points.op, points.nodes, points.gpn, points.nbytes, strict=True)
+        ):
+            alg, proto = selected_plan(cluster, str(o), float(s), int(n), int(g))
+            plans.setdefault((str(o), int(n), int(g), alg, proto), []).append(i)
+        self.groups: list[tuple[np.ndarray, str, str, float, float, float, LatencyParts]] = []
+        for (op, n, g, alg, proto), rows in sorted(plans.items()):
+            net, nvl, nvls = model_terms(cluster, op, n, g, alg)
+            parts = latency_parts(cluster, op, alg, proto, n, g)
+            self.groups.append((np.array(rows), alg, proto, net, nvl, nvls, parts))
         self.nvlink_efficiency = cluster.tuning.nvlink_efficiency
+        # does any point depend on the proxy overhead (a ring across nodes)?
+        self.uses_overhead = any(g[6].overhead_mult > 0 for g in self.groups)
 
-    def times(self, net_efficiency: float, tree_efficiency: float, base_us: float) -> np.ndarray:
-        net_eff, tree_eff = net_efficiency, tree_efficiency
-        best = np.full(len(self.points), np.inf)
+    def times(
+        self,
+        net_efficiency: float,
+        tree_efficiency: float,
+        base_us: float,
+        net_overhead_us: float,
+    ) -> np.ndarray:
+        out = np.empty(len(self.points))
         s = self.points.nbytes
-        for rows, alg, proto, net, nvl, nvls, lat0, base_share in self.plans:
-            eff = tree_eff if alg in ("tree", "nvls_tree") else net_eff
+        for rows, alg, proto, net, nvl, nvls, parts in self.groups:
+            eff = tree_efficiency if alg in ("tree", "nvls_tree") else net_efficiency
             per_byte = max(net / eff, nvl / self.nvlink_efficiency, nvls)
-            t = lat0 + base_us * base_share + s[rows] * per_byte / protocol_bandwidth(proto)
-            best[rows] = np.minimum(best[rows], t)
-        return best
+            lat = parts.latency_us(base_us, net_overhead_us) * 1e-6
+            out[rows] = lat + s[rows] * per_byte / protocol_bandwidth(proto)
+        return out
 
 
 def nelder_mead(
@@ -215,32 +225,38 @@ class Fit:
 
 
 def fit_tuning(cluster: Cluster, points: Points) -> tuple[dict[str, float], np.ndarray]:
-    """Fitted (net_efficiency, tree_efficiency, base_us) and the model's times on ``points``."""
+    """Fitted ``FITTED`` values and the model's times on ``points``."""
     model = FastModel(cluster, points)
     y = np.log(points.time_s)
+    tu = cluster.tuning
 
-    def unpack(x: np.ndarray) -> tuple[float, float, float]:
-        return float(_sigmoid(x[0])), float(_sigmoid(x[1])), float(np.exp(x[2]))
+    def unpack(x: np.ndarray) -> tuple[float, float, float, float]:
+        overhead = float(np.exp(x[3])) if model.uses_overhead else tu.net_overhead_us
+        return float(_sigmoid(x[0])), float(_sigmoid(x[1])), float(np.exp(x[2])), overhead
 
     def loss(x: np.ndarray) -> float:
         return float(np.sum((np.log(model.times(*unpack(x))) - y) ** 2))
 
-    tu = cluster.tuning
+    def logit(v: float) -> float:
+        return float(np.log(v / (1 - min(v, 0.99))))
+
     x0 = np.array(
         [
-            np.log(tu.net_efficiency / (1 - min(tu.net_efficiency, 0.99))),
-            np.log(tu.tree_efficiency / (1 - min(tu.tree_efficiency, 0.99))),
+            logit(tu.net_efficiency),
+            logit(tu.tree_efficiency),
             np.log(max(tu.base_us, 1.0)),
+            np.log(max(tu.net_overhead_us, 0.1)),
         ]
     )
     best = x0
     best_loss = loss(x0)
-    for start in (x0, x0 + np.array([0.0, 0.0, 2.0])):  # a second start guards against a flat region
-        x = nelder_mead(loss, start)
+    # more starts guard against flat regions (a parameter no calibration row depends on)
+    for shift in ((0, 0, 0, 0), (0, 0, 2.0, 0), (0, 0, 0, 2.0)):
+        x = nelder_mead(loss, x0 + np.array(shift, dtype=float), iters=800)
         if loss(x) < best_loss:
             best, best_loss = x, loss(x)
-    net, tree, base = unpack(best)
-    return {"net_efficiency": net, "tree_efficiency": tree, "base_us": base}, model.times(net, tree, base)
+    values = unpack(best)
+    return dict(zip(FITTED, values, strict=True)), model.times(*values)
 
 
 def calibrate_cluster(

@@ -74,6 +74,12 @@ class Tuning(BaseModel):
     ``nvlink_efficiency``: share of the intra-node link rate a ring reaches.
     ``latency_scale``: multiplies the per-hop latencies of the cluster file (kept at 1 by calibration:
     two node counts cannot tell a per-hop latency from the fixed cost).
+    ``net_overhead_us``: cost of one network operation posted by NCCL's proxy. A ring that spans nodes is
+    paced by its proxies, so every ring step costs at least this (three times with the Simple protocol:
+    send, receive, acknowledge), NCCL's ``getNetOverhead`` rule; 1 us is NCCL's own value. Fitted by
+    ``--calibrate`` (EFA's per-message cost is several times InfiniBand's).
+    ``tuner``: who picks the algorithm and protocol: ``nccl`` (NCCL's cost model, with NCCL's constants)
+    or ``aws-ofi-p5`` (the region tables of AWS's aws-ofi-nccl tuner plugin for p5; fabric/tuner.py).
     ``channels``: NCCL channels (parallel rings/trees). ``nvls``: NVLink SHARP available (H100 NVSwitch),
     with its intra-node all-reduce ``nvls_busbw_gbytes``. ``source``: defaults, or the logs of a fit.
     """
@@ -84,6 +90,8 @@ class Tuning(BaseModel):
     base_us: float = Field(default=8.4, ge=0)
     nvlink_efficiency: float = Field(default=0.80, gt=0, le=1.0)
     latency_scale: float = Field(default=1.0, gt=0)
+    net_overhead_us: float = Field(default=1.0, ge=0)
+    tuner: Literal["nccl", "aws-ofi-p5"] = "nccl"
     channels: int = Field(default=16, ge=1, le=64)
     nvls: bool = False
     nvls_busbw_gbytes: float = Field(default=480.0, gt=0)

@@ -18,11 +18,20 @@ Model (S = bytes as nccl-tests counts them)::
   network levels twice; NVLS-tree reduces inside the node in the NVSwitch, then runs a tree across nodes.
   A tree hop moves a bigger pipeline chunk than a ring step, so its hop latency is scaled by NCCL's
   tree/ring latency ratios (Simple: 50/9.6 on the network, 28/3.4 on NVLink).
+* proxy floor: a ring that spans nodes advances at the pace of the proxy threads that post its network
+  operations, so every ring step -- NVLink steps too -- costs at least ``tuning.net_overhead_us``, three
+  times with Simple (send, receive, acknowledge). This is NCCL's own rule ("inter-node rings still have to
+  launch nsteps * net overhead", tuning.cc; NCCL assumes 1 us); here it is calibrated, because a
+  transport's per-message cost differs (about 9 us on AWS EFA against about 1 us on InfiniBand).
 * protocols: LL (a quarter of the bandwidth, lowest latency), LL128 (120/128 of it), Simple (full
   bandwidth) -- NCCL's bandwidth and latency ratios.
 
-Selection picks the lowest *expected* time (ECMP replaced by its even spread), independent of the draw,
-as NCCL does (its choice never sees hash collisions); a draw's time then uses that draw's loads.
+Selection is NCCL's: the lowest time *as NCCL's cost model estimates it*, with NCCL's built-in constants
+(efficiencies, fixed cost, 1 us proxy overhead: ``_nominal``), not the calibrated ones -- NCCL never
+measures the fabric, so on a fabric that differs from its constants it switches protocol where the switch
+does not pay (p5/EFA all-gather: LL128 to Simple at 16 MiB per rank, where the measured time jumps up).
+A tuner plugin, when the cluster file names one (tuner.py), replaces that choice. The choice never sees a
+hash draw or a degraded link either; a draw's time then uses that draw's loads.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from fabricpace._errors import InputError
 from fabricpace.fabric.cluster import Cluster, load_cluster
 from fabricpace.fabric.patterns import Pattern, alltoall_pattern, ring_pattern, tree_pattern
 from fabricpace.fabric.topology import Topology
+from fabricpace.fabric.tuner import tuner_choice
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical", "p2p")
@@ -185,28 +195,62 @@ def _hop_latencies(cluster: Cluster, nodes: int) -> tuple[float, float]:
     return cluster.intra_node.latency_us * scale, (net.nic_latency_us + hops * net.hop_latency_us) * scale
 
 
-def _latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
+@dataclass(frozen=True)
+class LatencyParts:
+    """The latency of one (algorithm, protocol) in microseconds: ``base_us * base_share + fixed_us`` plus,
+    for a ring, ``intra_steps * max(intra_us, floor) + inter_steps * max(inter_us, floor)`` with the proxy
+    floor ``floor = net_overhead_us * overhead_mult`` (collectives.py module doc). Linear in the fixed cost,
+    so calibration can evaluate it for many tunings cheaply."""
+
+    base_share: float
+    fixed_us: float
+    intra_steps: float = 0.0
+    intra_us: float = 0.0
+    inter_steps: float = 0.0
+    inter_us: float = 0.0
+    overhead_mult: float = 0.0
+
+    def latency_us(self, base_us: float, net_overhead_us: float) -> float:
+        floor = net_overhead_us * self.overhead_mult
+        steps = self.intra_steps * max(self.intra_us, floor) + self.inter_steps * max(self.inter_us, floor)
+        return base_us * self.base_share + self.fixed_us + steps
+
+
+def latency_parts(
+    cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int
+) -> LatencyParts:
+    """The latency of the model split into its terms (see ``LatencyParts``); public for calibration."""
     intra, net = _hop_latencies(cluster, nodes)
     intra *= _PROTO_INTRA[protocol]
     net *= _PROTO_NET[protocol]
-    base = cluster.tuning.base_us * _PROTO_BASE[protocol]
+    share = _PROTO_BASE[protocol]
     levels = math.ceil(math.log2(nodes)) if nodes > 1 else 0
     n = nodes * g
     if algorithm == "p2p":
-        us = base + (nodes - 1) * net + (g - 1) * intra
-    elif algorithm == "tree":
-        us = base + 2 * ((g - 1) * intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol])
-    elif algorithm == "nvls_tree":
-        us = base + 2 * (intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol])
-    elif algorithm == "nvls":
-        us = base + 2 * intra
-    elif algorithm == "hierarchical":
-        us = base + 2 * (g - 1) * intra + 2 * (nodes - 1) * net
-    else:
-        steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-        inter = (2 * (nodes - 1) if op == "all_reduce" else nodes - 1) if nodes > 1 else 0
-        us = base + inter * net + (steps - inter) * intra
-    return us * 1e-6
+        return LatencyParts(share, (nodes - 1) * net + (g - 1) * intra)
+    if algorithm == "tree":
+        return LatencyParts(
+            share, 2 * ((g - 1) * intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol])
+        )
+    if algorithm == "nvls_tree":
+        return LatencyParts(share, 2 * (intra * _TREE_INTRA[protocol] + levels * net * _TREE_NET[protocol]))
+    if algorithm == "nvls":
+        return LatencyParts(share, 2 * intra)
+    if algorithm == "hierarchical":
+        return LatencyParts(share, 2 * (g - 1) * intra + 2 * (nodes - 1) * net)
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    inter = (2 * (nodes - 1) if op == "all_reduce" else nodes - 1) if nodes > 1 else 0
+    # NCCL (tuning.cc): "inter-node rings still have to launch nsteps * net overhead" -- a ring that spans
+    # nodes advances at the pace of its proxies, so every step, NVLink ones too, costs at least one network
+    # post (three with Simple: send, receive, acknowledge). Broadcast is a pipeline, not a ring of steps.
+    mult = 0.0 if nodes <= 1 or op == "broadcast" else (3.0 if protocol == "Simple" else 1.0)
+    return LatencyParts(share, 0.0, float(steps - inter), intra, float(inter), net, mult)
+
+
+def _latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
+    tu = cluster.tuning
+    parts = latency_parts(cluster, op, algorithm, protocol, nodes, g)
+    return parts.latency_us(tu.base_us, tu.net_overhead_us) * 1e-6
 
 
 def _candidates(cluster: Cluster, op: str, nodes: int, g: int) -> list[str]:
@@ -262,9 +306,8 @@ def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: s
     lat = _latency_s(cl, op, algorithm, protocol, nodes, g)
     nvls_t = 2.0 * (g - 1) / g / (tu.nvls_busbw_gbytes * 1e9) if g > 1 else 0.0  # NVSwitch all-reduce of S
     if algorithm == "nvls":
-        return _Plan(
-            algorithm, protocol, _empty_pattern(topo.n_links), fab.cap(tu.net_efficiency), lat, nvls_t, -1
-        )
+        empty = _empty_pattern(topo.n_links)
+        return _Plan(algorithm, protocol, empty, fab.cap(tu.net_efficiency), lat, nvls_t, -1)
     if algorithm == "hierarchical":
         cap = fab.cap(tu.net_efficiency)
         nvl = float(cap[fab.n_net]) if g > 1 else math.inf
@@ -297,6 +340,52 @@ def _validate(cluster: Cluster, op: str, nbytes: float, nodes: int, gpus_per_nod
     return g
 
 
+@functools.lru_cache(maxsize=64)
+def _nominal(cluster: Cluster) -> Cluster:
+    """The cluster as NCCL's own cost model sees it: its line rates, topology and hop latencies, but NCCL's
+    built-in constants instead of the calibrated efficiencies, fixed cost and proxy overhead (NCCL never
+    measures them; a tuner plugin would replace this view by its own tables)."""
+    d = type(cluster.tuning)()
+    return cluster.with_tuning(
+        net_efficiency=d.net_efficiency,
+        tree_efficiency=d.tree_efficiency,
+        base_us=d.base_us,
+        latency_scale=d.latency_scale,
+        net_overhead_us=d.net_overhead_us,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _select(
+    cluster: Cluster, op: str, nbytes: float, nodes: int, g: int, algorithm: str | None, protocol: str | None
+) -> tuple[str, str]:
+    """(algorithm, protocol) with the lowest time *as NCCL estimates it* (``_nominal``), unless the cluster's
+    tuner plugin decides (tuner.py): the choice depends on the size, the scale and the hardware, never on
+    the calibration, a hash draw or a degraded link."""
+    if algorithm is None and protocol is None:
+        nvls = cluster.tuning.nvls and cluster.intra_node.kind == "nvswitch"
+        plugin = tuner_choice(cluster.tuning.tuner, op, nbytes, nodes, g, nvls=nvls)
+        if plugin is not None:
+            return plugin
+    nom = _nominal(cluster)
+    fab = _fabric(nom, nodes, None)
+    algs = [algorithm] if algorithm else _candidates(cluster, op, nodes, g)
+    best: tuple[float, str, str] | None = None
+    for a in algs:
+        nominal = _plan(fab, op, nodes, g, a, "Simple", True)
+        for p in [protocol] if protocol else _protocols(cluster, a):
+            t = _latency_s(nom, op, a, p, nodes, g) + nbytes * nominal.fixed_time / _PROTO_BW[p]
+            if best is None or t < best[0]:
+                best = (t, a, p)
+    assert best is not None
+    return best[1], best[2]
+
+
+def selected_plan(cluster: Cluster, op: str, nbytes: float, nodes: int, g: int) -> tuple[str, str]:
+    """(algorithm, protocol) the model's NCCL-like selection picks; public for calibration."""
+    return _select(cluster, op, float(nbytes), nodes, g, None, None)
+
+
 def _choose(
     fab: _Fabric, op: str, nbytes: float, nodes: int, g: int, algorithm: str | None, protocol: str | None
 ) -> _Plan:
@@ -305,20 +394,12 @@ def _choose(
         raise InputError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
     if protocol is not None and protocol not in PROTOCOLS:
         raise InputError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
-    algs = [algorithm] if algorithm else _candidates(fab.cluster, op, nodes, g)
     if algorithm and algorithm not in ("ring", "p2p") and op != "all_reduce":
         raise InputError(f"algorithm {algorithm!r} is modelled for all_reduce only; use ring for {op}")
     if algorithm == "nvls" and nodes > 1:
         raise InputError("algorithm 'nvls' is single-node; use nvls_tree across nodes")
-    best: tuple[float, str, str] | None = None
-    for a in algs:
-        nominal = _plan(fab, op, nodes, g, a, "Simple", True)  # NCCL's choice never sees a hash draw
-        for p in [protocol] if protocol else _protocols(fab.cluster, a):
-            t = _latency_s(fab.cluster, op, a, p, nodes, g) + nbytes * nominal.fixed_time / _PROTO_BW[p]
-            if best is None or t < best[0]:
-                best = (t, a, p)
-    assert best is not None
-    return _plan(fab, op, nodes, g, best[1], best[2], spray)
+    alg, proto = _select(fab.cluster, op, float(nbytes), nodes, g, algorithm, protocol)
+    return _plan(fab, op, nodes, g, alg, proto, spray)
 
 
 def _times(plan: _Plan, nbytes: float, uplink_per_byte: np.ndarray) -> np.ndarray:
