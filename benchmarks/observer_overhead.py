@@ -1,17 +1,26 @@
-"""Observer overhead: the same 4-rank gloo DDP workload with and without the observer, side by side.
+"""Observer overhead: the same gloo DDP workload with and without the observer, side by side.
 
     .venv/bin/python benchmarks/observer_overhead.py --pairs 600 --steps 1
+    .venv/bin/python benchmarks/observer_overhead.py --world 2 --realistic --pairs 300
 
-One job, three DDP replicas of the same model on the same data: ``without`` (DDP's built-in C++
-reduction, no observer), ``with`` (observer on: comm hook, step records, threaded chunk writer,
-window gathers every 50 steps) and ``pyhook`` (PyTorch's own Python ``allreduce_hook``, no
-observer), which separates the price of any Python comm hook from the observer's own. Each cycle
-runs one block of ``--steps`` steps per arm in a rotating order, so drift on this shared machine
-hits every arm alike. Per cycle the overhead is median(step with) / median(step without) − 1; the
-figure is the median over cycles with a 95% percentile-bootstrap CI (resampling cycles). The
-per-step cost in µs is reported the same way, and also measured directly as CPU time: the
-observer's hot path (step enter/exit + one record per bucket, amortized finalization and window
-summaries) in a tight loop, and the writer thread's CPU per chunk — both far less noisy here.
+One job, DDP replicas of the same model on the same data, one per arm:
+
+* ``without``: DDP's built-in C++ reduction, no observer;
+* ``with``: the observer in its default mode (``ddp_instrumentation="auto"``, no pacing: hook-free
+  — post-accumulate-grad arrival stamps, DDP's reduction untouched), step records, threaded chunk
+  writer, window gathers every 50 steps;
+* ``hook``: the observer in comm-hook mode (``ddp_instrumentation="hook"``: a Python comm hook per
+  bucket, per-bucket completion times);
+* ``pyhook`` (only with ``--pyhook``): PyTorch's own Python ``allreduce_hook``, no observer — the
+  price of any Python comm hook on its own.
+
+Each cycle runs one block of ``--steps`` steps per arm, in an order that rotates through every
+permutation of the arms, so drift on this shared machine hits every arm alike. Per cycle the
+overhead of an arm is median(step arm) / median(step without) − 1; the figure is the median over
+cycles with a 95% percentile-bootstrap CI (resampling cycles). The ratio of the arms' overall
+median step times is shown too, with its own bootstrap CI (usually tighter). The per-step cost in
+µs is reported the same way, and measured directly as process CPU time (all threads) of a 1-rank
+DDP step with and without the observer, per mode — far less noisy here than wall time.
 
 Step time is rank 0's wall time per step (the all-reduce makes every rank's step the same length).
 """
@@ -48,6 +57,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bucket-mb", type=float, default=None, help="DDP bucket cap (0.5; 2 realistic)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
+    p.add_argument("--pyhook", action="store_true",
+                   help="a fourth arm: PyTorch's Python allreduce_hook without the observer")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
@@ -70,6 +81,8 @@ def _model(hidden: int, layers: int):  # type: ignore[no-untyped-def]
 
 
 def worker(a: argparse.Namespace) -> None:
+    import itertools
+
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -79,41 +92,48 @@ def worker(a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    plain = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
-    observed = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
-    # Third arm: PyTorch's own Python all-reduce hook, no observer — separates the cost of having any
-    # Python comm hook from the observer's own cost.
-    pyhook = DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
-    pyhook.register_comm_hook(None, default_hooks.allreduce_hook)
     gen = torch.Generator().manual_seed(a.seed + rank)
     x = torch.randn(a.batch, 128, generator=gen)
     y = torch.randint(0, 10, (a.batch,), generator=gen)
-    run_dir = Path(a.out).parent / "run"
-    obs = observe(observed, run_dir=run_dir, window=a.window, config=ObserverConfig(status_line=False))
+    base = Path(a.out).parent
 
-    def step_plain() -> None:
-        plain.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(plain(x), y).backward()
+    def replica() -> DDP:
+        return DDP(_model(a.hidden, a.layers), bucket_cap_mb=a.bucket_mb)
 
-    def step_pyhook() -> None:
-        pyhook.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(pyhook(x), y).backward()
+    def plain_step(model: DDP):  # type: ignore[no-untyped-def]
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
 
-    def step_observed() -> None:
-        with obs.step(samples=a.batch):
-            observed.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(observed(x), y).backward()
+        return step
 
-    arms = {"without": step_plain, "pyhook": step_pyhook, "with": step_observed}
+    def observed_step(model: DDP, obs):  # type: ignore[no-untyped-def]
+        def step() -> None:
+            with obs.step(samples=a.batch):
+                model.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+
+        return step
+
+    arms = {"without": plain_step(replica())}
+    observers = {}
+    for arm, mode in (("with", "auto"), ("hook", "hook")):
+        model = replica()
+        cfg = ObserverConfig(status_line=False, ddp_instrumentation=mode)
+        observers[arm] = observe(model, run_dir=base / f"run-{arm}", window=a.window, config=cfg)
+        arms[arm] = observed_step(model, observers[arm])
+    if a.pyhook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        model = replica()
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+        arms["pyhook"] = plain_step(model)
     for _ in range(a.warmup):
         for fn in arms.values():
             fn()
-    # Each cycle runs every arm once, in a rotating order (a Latin square over cycles), so slow drift
-    # on this shared machine hits every arm alike.
-    orders = [("without", "with", "pyhook"), ("with", "pyhook", "without"), ("pyhook", "without", "with"),
-              ("without", "pyhook", "with"), ("with", "without", "pyhook"), ("pyhook", "with", "without")]
+    # Each cycle runs every arm once, in an order rotating through all permutations (a balanced
+    # design over cycles), so slow drift on this shared machine hits every arm alike.
+    orders = list(itertools.permutations(sorted(arms)))
     blocks: list[dict[str, object]] = []
     for cycle in range(a.pairs):
         for arm in orders[cycle % len(orders)]:
@@ -124,10 +144,14 @@ def worker(a: argparse.Namespace) -> None:
                 fn()
                 times.append(time.perf_counter_ns() - t0)
             blocks.append({"arm": arm, "cycle": cycle, "step_ns": times})
-    obs.close()
+    for obs in observers.values():
+        obs.close()
     if rank == 0:
-        Path(a.out).write_text(json.dumps({"blocks": blocks, "failures": obs.failures,
-                                           "buckets": len(list(_buckets(run_dir)))}))
+        Path(a.out).write_text(json.dumps({
+            "blocks": blocks, "failures": {k: o.failures for k, o in observers.items()},
+            "modes": {k: o.ddp_mode for k, o in observers.items()},
+            "buckets": len(_buckets(base / "run-hook")),
+        }))
     dist.destroy_process_group()
 
 
@@ -142,34 +166,61 @@ def _buckets(run_dir: Path) -> list[int]:
         return []
 
 
-def hot_path_cost_ns(buckets: int, n: int = 20000) -> float:
-    """CPU time per step of the observer's own work, ns (process CPU time, so load on this shared
-    machine inflates it less than wall time): step context, `buckets` records, the amortized
-    finalization and window summaries. Chunk encoding is measured separately (`chunk_cost_ns`)."""
+def hot_path_cost_ns(buckets: int, *, steps: int = 300, reps: int = 7) -> dict[str, float]:
+    """CPU time per step that the observer adds, ns, per mode: a real 1-rank gloo DDP step (tiny
+    model, ``buckets`` buckets) with the observer in each mode vs without, as process CPU time of
+    all threads (hooks, callbacks, step records, amortized finalization, window summaries and
+    gathers, chunk hand-off; chunk encoding is measured separately), best of ``reps`` blocks each."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     from fabricpace.observe import ObserverConfig, observe
 
-    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-        # Default window (50) and flush (50): window summaries and chunk hand-offs are included.
-        obs = observe(None, Path(tmp) / "r", config=ObserverConfig(status_line=False))
-        rec = obs.recorder
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    width = 32
+    layer_mb = (width * width + width) * 4 / 2**20
 
-        def loop(observed: bool) -> int:
+    def replica() -> DDP:
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(width, width) for _ in range(buckets)]
+        # One bucket per layer: the cap sits just above one layer's gradient bytes.
+        return DDP(torch.nn.Sequential(*layers), bucket_cap_mb=layer_mb * 1.01)
+
+    x = torch.randn(4, width)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        models = {"without": replica()}
+        observers = {}
+        for arm, mode in (("with", "auto"), ("hook", "hook")):
+            models[arm] = replica()
+            observers[arm] = observe(models[arm], Path(tmp) / arm, config=ObserverConfig(
+                status_line=False, ddp_instrumentation=mode))
+
+        def block(arm: str) -> int:
+            model, obs = models[arm], observers.get(arm)
             t0 = time.process_time_ns()
-            for _ in range(n):
-                if observed:
-                    with obs.step(samples=8):
-                        for _ in range(buckets):
-                            r = rec.enter("ddp:world", "all_reduce", 1024, False)
-                            rec.exit(r)
+            for _ in range(steps):
+                if obs is None:
+                    model.zero_grad(set_to_none=True)
+                    model(x).sum().backward()
                 else:
-                    for _ in range(buckets):
-                        pass
+                    with obs.step(samples=4):
+                        model.zero_grad(set_to_none=True)
+                        model(x).sum().backward()
             return time.process_time_ns() - t0
 
-        base = min(loop(False) for _ in range(3))
-        cost = min(loop(True) for _ in range(3))
-        obs.close()
-    return (cost - base) / n
+        for arm in models:
+            block(arm)  # warm-up: bucket rebuild, learning, first chunk
+        best = {arm: min(block(arm) for _ in range(reps)) for arm in models}
+        for arm, obs in observers.items():
+            out[arm] = (best[arm] - best["without"]) / steps
+            out[f"{arm}_mode"] = obs.ddp_mode  # type: ignore[assignment]
+            obs.close()
+        out["step_ns"] = best["without"] / steps
+    dist.destroy_process_group()
+    return out
 
 
 def chunk_cost_ns(steps: int, buckets: int, n: int = 20) -> float:
@@ -201,11 +252,24 @@ def _bootstrap(values: np.ndarray, rng: np.random.Generator, n: int = 5000) -> t
     return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
+def _ratio_of_medians_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator,
+                         n: int = 5000) -> tuple[float, float]:
+    idx = rng.integers(0, num.size, size=(n, num.size))
+    r = np.median(num[idx], axis=1) / np.median(den[idx], axis=1) - 1.0
+    return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+
+
+LABELS = {"with": "observer, default (hook-free)", "hook": "observer, comm-hook mode",
+          "pyhook": "PyTorch allreduce_hook, no observer"}
+
+
 def main() -> None:
     a = _args()
     if a.worker:
         worker(a)
         return
+    t_start = time.time()
+    load_before = _loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         port = _free_port()
@@ -220,69 +284,84 @@ def main() -> None:
         if any(codes):
             raise SystemExit(f"a worker failed: exit codes {codes}")
         res = json.loads(out.read_text())
+    load_after = _loadavg()
     blocks = res["blocks"]
     cycles = sorted({b["cycle"] for b in blocks})
     med = {(b["cycle"], b["arm"]): float(np.median(b["step_ns"])) for b in blocks}
-    w_arr = np.array([med[(c, "with")] for c in cycles])
-    wo_arr = np.array([med[(c, "without")] for c in cycles])
-    py_arr = np.array([med[(c, "pyhook")] for c in cycles])
-    pairs = cycles
-    ratio = w_arr / wo_arr - 1.0
-    diff_us = (w_arr - wo_arr) / 1e3
+    arms = sorted({b["arm"] for b in blocks})
+    step = {arm: np.array([med[(c, arm)] for c in cycles]) for arm in arms}
+    wo = step["without"]
     rng = np.random.default_rng(0)
-    lo, hi = _bootstrap(ratio, rng)
-    dlo, dhi = _bootstrap(diff_us, rng)
-    py_ratio = py_arr / wo_arr - 1.0
-    own_ratio = w_arr / py_arr - 1.0
-    plo, phi = _bootstrap(py_ratio, rng)
-    olo, ohi = _bootstrap(own_ratio, rng)
     buckets = max(int(res["buckets"]), 1)
-    hot_ns = hot_path_cost_ns(buckets)
-    chunk_ns = chunk_cost_ns(50, buckets)
-    step_ns = float(np.median(wo_arr))
-    # One chunk per max(50 steps, 5 s) (ObserverConfig defaults).
-    chunk_steps = max(50.0, 5e9 / step_ns)
-    result = {
+    result: dict[str, object] = {
         "world": a.world, "hidden": a.hidden, "layers": a.layers, "batch": a.batch,
-        "pairs": len(pairs), "steps_per_block": a.steps,
-        "steps_measured_per_arm": len(pairs) * a.steps, "buckets_per_step": buckets,
-        "step_ms_without": float(np.median(wo_arr) / 1e6), "step_ms_with": float(np.median(w_arr) / 1e6),
-        "overhead_pct": float(np.median(ratio) * 100), "overhead_ci95_pct": [lo * 100, hi * 100],
-        "per_step_us": float(np.median(diff_us)), "per_step_us_ci95": [dlo, dhi],
-        "step_ms_pyhook": float(np.median(py_arr) / 1e6),
-        "python_hook_overhead_pct": float(np.median(py_ratio) * 100),
-        "python_hook_overhead_ci95_pct": [plo * 100, phi * 100],
-        "observer_vs_python_hook_pct": float(np.median(own_ratio) * 100),
-        "observer_vs_python_hook_ci95_pct": [olo * 100, ohi * 100],
-        "hot_path_us_per_step": hot_ns / 1e3,
-        "hot_path_pct_of_step": float(hot_ns / step_ns * 100),
+        "pairs": len(cycles), "steps_per_block": a.steps, "steps_measured_per_arm": len(cycles) * a.steps,
+        "buckets_per_step": buckets, "step_ms": {arm: float(np.median(v) / 1e6) for arm, v in step.items()},
+        "modes": res["modes"], "observer_failures": res["failures"],
+        "loadavg_before": load_before, "loadavg_after": load_after,
+    }
+    vs: dict[str, dict[str, object]] = {}
+    comparisons = [(arm, "without") for arm in ("with", "hook", "pyhook") if arm in step]
+    comparisons.append(("with", "hook"))
+    for num, den in comparisons:
+        ratio = step[num] / step[den] - 1.0
+        diff_us = (step[num] - step[den]) / 1e3
+        lo, hi = _bootstrap(ratio, rng)
+        dlo, dhi = _bootstrap(diff_us, rng)
+        rlo, rhi = _ratio_of_medians_ci(step[num], step[den], rng)
+        vs[f"{num}_vs_{den}"] = {
+            "overhead_pct": float(np.median(ratio) * 100), "overhead_ci95_pct": [lo * 100, hi * 100],
+            "ratio_of_medians_pct": float((np.median(step[num]) / np.median(step[den]) - 1) * 100),
+            "ratio_of_medians_ci95_pct": [rlo * 100, rhi * 100],
+            "per_step_us": float(np.median(diff_us)), "per_step_us_ci95": [dlo, dhi],
+        }
+    result["comparisons"] = vs
+    hot = hot_path_cost_ns(buckets)
+    chunk_ns = chunk_cost_ns(50, buckets)
+    step_ns = float(np.median(wo))
+    chunk_steps = max(50.0, 5e9 / step_ns)  # one chunk per max(50 steps, 5 s) (ObserverConfig defaults)
+    result.update({
+        "cpu_us_per_step": {"with": hot["with"] / 1e3, "hook": hot["hook"] / 1e3},
+        "cpu_us_per_step_modes": {"with": hot["with_mode"], "hook": hot["hook_mode"]},
+        "cpu_pct_of_step": {"with": hot["with"] / step_ns * 100, "hook": hot["hook"] / step_ns * 100},
+        "cpu_probe_step_us": hot["step_ns"] / 1e3,
         "chunk_write_ms_cpu": chunk_ns / 1e6, "steps_per_chunk": chunk_steps,
         "chunk_us_per_step": chunk_ns / chunk_steps / 1e3,
-        "observer_failures": res["failures"],
-    }
+        "seconds": time.time() - t_start,
+    })
     if a.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"observer overhead, {a.world} gloo ranks, {len(pairs)} rotated cycles x {a.steps} steps "
+    print(f"observer overhead, {a.world} gloo ranks, {len(cycles)} rotated cycles x {a.steps} steps "
           f"({result['steps_measured_per_arm']} steps per arm), {buckets} DDP buckets/step, "
           f"MLP 128->{a.hidden}x{a.layers}->10, batch {a.batch}/rank")
-    print(f"  median step without observer : {result['step_ms_without']:.2f} ms")
-    print(f"  median step with observer    : {result['step_ms_with']:.2f} ms")
-    print(f"  median step, PyTorch's Python allreduce_hook, no observer: {result['step_ms_pyhook']:.2f} ms")
-    print(f"  overhead (median over cycles): {result['overhead_pct']:+.2f}%  95% CI [{lo * 100:+.2f}%, "
-          f"{hi * 100:+.2f}%]")
-    print(f"    of which any Python hook   : {result['python_hook_overhead_pct']:+.2f}%  95% CI "
-          f"[{plo * 100:+.2f}%, {phi * 100:+.2f}%]  (PyTorch allreduce_hook vs built-in)")
-    print(f"    observer vs Python hook    : {result['observer_vs_python_hook_pct']:+.2f}%  95% CI "
-          f"[{olo * 100:+.2f}%, {ohi * 100:+.2f}%]")
-    print(f"  per-step difference          : {result['per_step_us']:+.0f} us  "
-          f"95% CI [{dlo:+.0f}, {dhi:+.0f}] us")
-    print(f"  hot-path CPU cost (direct)   : {result['hot_path_us_per_step']:.1f} us/step "
-          f"= {result['hot_path_pct_of_step']:.3f}% of the median step")
+    print(f"  load average before / after : {load_before} / {load_after}   ({result['seconds']:.0f} s)")
+    print(f"  observer modes              : {res['modes']}")
+    for arm in arms:
+        label = "no observer, DDP built-in" if arm == "without" else LABELS[arm]
+        print(f"  median step {arm:<8}: {np.median(step[arm]) / 1e6:8.2f} ms   ({label})")
+    for key, v in vs.items():
+        lo, hi = v["overhead_ci95_pct"]  # type: ignore[misc]
+        rlo, rhi = v["ratio_of_medians_ci95_pct"]  # type: ignore[misc]
+        dlo, dhi = v["per_step_us_ci95"]  # type: ignore[misc]
+        print(f"  {key:<16}: {v['overhead_pct']:+.2f}% 95% CI [{lo:+.2f}, {hi:+.2f}]  | ratio of medians "
+              f"{v['ratio_of_medians_pct']:+.2f}% [{rlo:+.2f}, {rhi:+.2f}]  | {v['per_step_us']:+.0f} us "
+              f"[{dlo:+.0f}, {dhi:+.0f}]")
+    for arm in ("with", "hook"):
+        us, pct = hot[arm] / 1e3, hot[arm] / step_ns * 100
+        print(f"  CPU per step, {arm:<4} ({hot[arm + '_mode']}): {us:6.1f} us = {pct:.3f}% "
+              f"of the median step (1-rank DDP, {buckets} buckets, step {hot['step_ns'] / 1e3:.0f} us CPU)")
     print(f"  chunk writer (thread) CPU    : {result['chunk_write_ms_cpu']:.2f} ms per chunk, one chunk per "
           f"{chunk_steps:.0f} steps = {result['chunk_us_per_step']:.1f} us/step")
-    if res["failures"]:
+    if any(res["failures"].values()):
         print(f"  observer failures: {res['failures']}")
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":

@@ -131,9 +131,10 @@ class GradHookProbe:
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         self._handles: list[Any] = []
         self._rounds: list[tuple[list[Any], list[int], Any]] = []
-        self._armed = False
+        self._armed_cell = [False]  # a backward's callbacks are queued (a cell: the hooks bind it)
         self._order = 0
         n = len(self.params)
+        self._nones: list[Any] = [None] * n
         self._stamps: list[Any] = [None] * n
         self._seen: list[int] = [-1] * n
         for i, p in enumerate(self.params):
@@ -146,23 +147,24 @@ class GradHookProbe:
                 self._stamps[i] = self.mark()
                 self._seen[i] = self._order
                 self._order += 1
-                if not self._armed:
-                    self._armed = True
+                if not self._armed_cell[0]:
+                    self._armed_cell[0] = True
                     self._queue(self._after_backward)
             except Exception as exc:  # never raise into the user's backward
                 self._fail(exc)
 
         return hook
 
-    def _bucket_hook(self, k: int) -> Callable[[Any], None]:
-        mark = self.mark
+    def _bucket_hook(self, k: int, stamps: list[Any]) -> Callable[[Any], None]:
+        # The hot path: one call per bucket per backward. Everything it touches is bound here.
+        mark, queue, after, armed = self.mark, self._queue, self._after_backward, self._armed_cell
 
         def hook(_param: Any) -> None:
             try:
-                self._stamps[k] = mark()
-                if not self._armed:
-                    self._armed = True
-                    self._queue(self._after_backward)
+                stamps[k] = mark()
+                if not armed[0]:
+                    armed[0] = True
+                    queue(after)
             except Exception as exc:
                 self._fail(exc)
 
@@ -174,25 +176,26 @@ class GradHookProbe:
         try:
             self._queue(self._done)
         except Exception as exc:
-            self._armed = False
+            self._armed_cell[0] = False
             self._fail(exc)
 
     def _done(self) -> None:
         try:
             t_exit = self.mark()
-            stamps, seen = self._stamps, self._seen
-            size = len(stamps)
-            self._stamps = [None] * size
+            stamps = self._stamps
+            snapshot = stamps[:]
+            stamps[:] = self._nones  # in place: the bucket hooks hold this very list
+            seen = self._seen
             if self.learning:
-                self._seen = [-1] * size
+                self._seen = [-1] * len(seen)
                 self._order = 0
-            self._armed = False
+            self._armed_cell[0] = False
             # Backwards inside ``ddp.no_sync()`` reduce nothing: no collective to record.
             if (self.obs.recording and self.model.require_backward_grad_sync
                     and len(self._rounds) < _MAX_ROUNDS):
-                self._rounds.append((stamps, seen, t_exit))
+                self._rounds.append((snapshot, seen, t_exit))
         except Exception as exc:
-            self._armed = False
+            self._armed_cell[0] = False
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
@@ -206,18 +209,15 @@ class GradHookProbe:
             self.remove()
             return
         rounds, self._rounds = self._rounds, []
-        # A backward that raised never ran its final callbacks: re-arm for the next one.
-        self._armed = False
-        if self.learning:
+        if self._armed_cell[0]:
+            # A backward that raised never ran its final callbacks: re-arm for the next one.
+            self._armed_cell[0] = False
+            self._stamps[:] = self._nones
+            self._seen = [-1] * len(self._seen)
             self._order = 0
-            self._seen = [-1] * len(self.params)
-            self._stamps = [None] * len(self.params)
-        else:
-            self._stamps = [None] * len(self.kept)
-            group, sizes = self.group, self.bucket_bytes
+        if not self.learning:
             for stamps, _seen, t_exit in rounds:
-                for k, t in enumerate(stamps):
-                    recorder.bucket(group, sizes[k], t, t_exit)
+                recorder.buckets(self.group, self.bucket_bytes, stamps, t_exit)
             return
         self.learn_steps += 1
         if self.buckets is None:
@@ -229,10 +229,12 @@ class GradHookProbe:
         # Records for this step from the all-parameter stamps: a bucket arrives with its last gradient.
         last_round: list[int] | None = None
         for stamps, seen, t_exit in rounds:
-            for k, members in enumerate(self.buckets):
+            enters = []
+            for members in self.buckets:
                 ready = [i for i in members if seen[i] >= 0]
-                t = stamps[max(ready, key=lambda i: seen[i])] if len(ready) == len(members) else None
-                recorder.bucket(self.group, self.bucket_bytes[k], t, t_exit)
+                full = len(ready) == len(members)
+                enters.append(stamps[max(ready, key=lambda i: seen[i])] if full else None)
+            recorder.buckets(self.group, self.bucket_bytes, enters, t_exit)
             last_round = seen
         if last_round is not None:
             self._keep_last_ready(last_round)
@@ -261,9 +263,10 @@ class GradHookProbe:
         self.kept = [max(b, key=lambda i: seen[i]) for b in self.buckets]
         self.remove()
         self.learning = False
+        self._nones = [None] * len(self.buckets)
         self._stamps = [None] * len(self.buckets)
         self._seen = []
-        self._handles = [self.params[i].register_post_accumulate_grad_hook(self._bucket_hook(k))
+        self._handles = [self.params[i].register_post_accumulate_grad_hook(self._bucket_hook(k, self._stamps))
                          for k, i in enumerate(self.kept)]
 
     def remove(self) -> None:

@@ -119,14 +119,16 @@ class Recorder:
     def exit(self, rec: list[Any]) -> None:
         rec[_EXIT] = self.mark()
 
-    def bucket(self, group: str, nbytes: int, enter: Any, exit_: Any) -> None:
-        """A DDP bucket seen without a comm hook (``ddp_probe``): both stamps known at step end.
-        The sequence number is consumed even when ``enter`` is None (this rank missed the bucket's
-        stamp), so (group, seq) keeps naming the same instance on every rank."""
+    def buckets(self, group: str, nbytes: list[int], enters: list[Any], exit_: Any) -> None:
+        """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order,
+        with one shared completion stamp. A bucket whose arrival this rank missed (None) still
+        consumes its sequence number, so (group, seq) names the same instance on every rank."""
         seq = self._seqs.get(group, 0)
-        self._seqs[group] = seq + 1
-        if enter is not None:
-            self._colls.append([seq, group, "all_reduce", nbytes, enter, exit_, False])
+        self._seqs[group] = seq + len(enters)
+        append = self._colls.append
+        for k, enter in enumerate(enters):
+            if enter is not None:
+                append([seq + k, group, "all_reduce", nbytes[k], enter, exit_, False])
 
     # ---- steps (main thread) ----
     def begin(self, step: int) -> None:

@@ -18,6 +18,7 @@ the cross-rank fields of every summary identically (so every pacer takes the sam
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
@@ -29,6 +30,7 @@ NF = len(WINDOW_FIELDS)
 _F = {name: i for i, name in enumerate(WINDOW_FIELDS)}
 
 
+@functools.lru_cache(maxsize=256)
 def group_id(name: str) -> int:
     """A stable (cross-process) 31-bit id for a group name; Python's hash() is salted per process."""
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
