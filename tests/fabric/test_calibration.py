@@ -142,3 +142,20 @@ def test_points_from_table_bad_input_names_file_and_line(tmp_path):
         points_from_table(bad, "all_reduce")
     with pytest.raises(InputError, match="cannot read"):
         points_from_table(tmp_path / "missing.csv", "all_reduce")
+
+
+def test_fast_model_equals_collective_time_with_a_tuner_plugin_and_rings_across_nodes(data_dir):
+    """The fit's vectorized model takes the same plans (AWS's tuner for p5 all-reduce, NCCL's choice for
+    all-gather) and the same proxy floor as ``collective_time``."""
+    from fabricpace.fabric.calibrate import FastModel, Points
+
+    ar, ag = _p5_points(data_dir), _p5_gather_points(data_dir)
+    pts = Points(*(np.concatenate([getattr(ar, f), getattr(ag, f)]) for f in Points.__dataclass_fields__))
+    cl = load_cluster("p5-efa").with_tuning(net_efficiency=0.85, tree_efficiency=0.7, base_us=50.0)
+    cl = cl.with_tuning(net_overhead_us=9.0)
+    fast = FastModel(cl, pts).times(0.85, 0.7, 50.0, 9.0)
+    slow = [
+        collective_time(cl, str(o), s, nodes=int(n)).time_s
+        for o, s, n in zip(pts.op, pts.nbytes, pts.nodes, strict=True)
+    ]
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
