@@ -197,15 +197,14 @@ def main() -> None:
 
     h100 = sets[0]
     fit = calibrate_points(load_cluster(h100.preset), split(h100.points, "all_reduce")[0], ["h100"])
-    print("\nh100-ib: unscored predictions (no measurements at these scales), busbw GB/s:")
-    for nodes in (16, 32):
-        row = [
-            collective_time(fit.cluster, "all_reduce", s, nodes=nodes) for s in (32 << 20, 1 << 30, 8 << 30)
-        ]
-        print(
-            f"  {nodes} nodes: "
-            + ", ".join(f"{r.nbytes >> 20}M {r.busbw_gbps:.0f} ({r.algorithm})" for r in row)
-        )
+    print("\nh100-ib (all-reduce fit): unscored predictions (no measurements at these scales), busbw GB/s:")
+    for op in ("all_reduce", "all_gather"):
+        for nodes in (16, 32):
+            row = [collective_time(fit.cluster, op, s, nodes=nodes) for s in (32 << 20, 1 << 30, 8 << 30)]
+            print(
+                f"  {op} {nodes} nodes: "
+                + ", ".join(f"{r.nbytes >> 20}M {r.busbw_gbps:.0f} ({r.algorithm}/{r.protocol})" for r in row)
+            )
 
 
 if __name__ == "__main__":
