@@ -1,140 +1,341 @@
-"""Pacing in the simulator: baseline vs paced on the `paper` scenario and on other noise scenarios.
+"""Pacing in the simulator: baseline vs paced on `paper` and on scenarios that stress the guard.
 
-    .venv/bin/python benchmarks/pacing_sim.py                    # paper + 4 other scenarios
-    .venv/bin/python benchmarks/pacing_sim.py --only paper --repeats 3
+    .venv/bin/python benchmarks/pacing_sim.py                         # every scenario, 4/8/16 nodes
+    .venv/bin/python benchmarks/pacing_sim.py --only paper --seeds 10
+    .venv/bin/python benchmarks/pacing_sim.py --random 8              # + 8 random noise compositions
+    .venv/bin/python benchmarks/pacing_sim.py decompose --seeds 5     # what each noise source costs,
+                                                                      # and each actuator pinned on
 
-Runs ``fabricpace study --backend sim --compare baseline,paced`` (the same controller and guard as
-on real ranks, applied through the simulator's actuator twins) and prints, per scenario and node
-count, the throughput change of paced vs baseline as the mean of paired differences (repeat i uses
-the same seed in both modes) with its 95% CI, and the CV of iteration time in both modes.
-The scenarios besides `paper` are written here on the fly (they are not shipped with fabricpace):
-they check that pacing helps where its failure mode is present and never hurts beyond noise elsewhere.
-Nothing in the simulator or the scenarios is tuned for pacing.
+Each run is one ``fabricpace.sim.simulate`` call measured by the study's own ``summarize_run``
+(iteration time = last rank's end - first rank's start; throughput over the counted steps), exactly
+what ``fabricpace study --backend sim --compare baseline,paced`` does, in-process because a run takes
+a fraction of a second. Paced runs use the same ``Controller(policies="auto", leaves=...)`` the study
+builds. Seed i is used by both arms (the same noise draws); the printed Δ is the mean of the paired
+relative throughput differences with a Student-t 95% CI over seeds, and a verdict: "better" (CI above
+0), "WORSE" (CI below 0) or "no change".
+
+The scenarios besides `paper` are written here (they are not shipped): each stresses one thing the
+guard must get right — a failure mode pacing can act on (gc, slow rank), noise it cannot act on
+(jitter, host pauses, tenants, ECMP, a slow link), and random compositions. Nothing in the simulator
+or the scenarios is tuned for pacing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import math
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from fabricpace.fabric import load_cluster
+from fabricpace.pacing import Controller, PacingConfig
+from fabricpace.pacing.state import PacingState
+from fabricpace.run.reader import load_run
+from fabricpace.sim import SimOptions, simulate
+from fabricpace.sim.noise import Noise, NoiseSpec, load_noise
+from fabricpace.study.metrics import summarize_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "src/fabricpace/data/scenarios/paper"
 
-# Other noise scenarios on the paper's cluster and workload (YAML as `--noise` files).
+_UPLINKS = [f"leaf{i}->spine{i % 4}" for i in range(8)] + [f"spine{i % 4}->leaf{i}" for i in range(8)]
+
+# Other noise scenarios on the paper's cluster and workload (YAML, as `--noise` files would be).
 NOISE: dict[str, str] = {
-    "healthy": "name: healthy\njitter: {cv: 0.02, distribution: normal}\n",
+    "healthy": "name: healthy\njitter: {cv: 0.02}\n",
     "gc-heavy": (
-        "name: gc-heavy\njitter: {cv: 0.02, distribution: normal}\n"
+        "name: gc-heavy\njitter: {cv: 0.02}\n"
         "gc: {garbage_mb_per_step: 20, garbage_cv: 0.3, threshold_mb: 400, threshold_cv: 0.1,\n"
         "     pause_ms_base: 5, pause_ms_per_mb: 0.1, baseline_rss_mb: 6000}\n"
     ),
-    "slow-rank": (
-        "name: slow-rank\njitter: {cv: 0.02, distribution: normal}\nslow:\n  - {rank: 3, factor: 1.3}\n"
+    # GC costing about the trigger's share: a small true gain, hard to confirm.
+    "gc-mild": (
+        "name: gc-mild\njitter: {cv: 0.03}\n"
+        "gc: {garbage_mb_per_step: 8, threshold_mb: 800, pause_ms_base: 30, pause_ms_per_mb: 0.02}\n"
     ),
+    "slow-rank": "name: slow-rank\njitter: {cv: 0.02}\nslow:\n  - {rank: 3, factor: 1.3}\n",
+    # A node 8% slow: rebalance at 12 samples/GPU can move only whole samples.
+    "slow-node-mild": "name: slow-node-mild\njitter: {cv: 0.02}\nslow:\n  - {node: 1, factor: 1.08}\n",
     "host-pauses": (
-        "name: host-pauses\njitter: {cv: 0.03, distribution: normal}\n"
-        "pauses: {rate_hz: 2.0, duration_ms: 5, duration_cv: 1.0}\n"
+        "name: host-pauses\njitter: {cv: 0.03}\npauses: {rate_hz: 2.0, duration_ms: 5, duration_cv: 1.0}\n"
+    ),
+    "jitter-heavy": "name: jitter-heavy\njitter: {cv: 0.08, distribution: lognormal}\n",
+    # Tenants on every used uplink pair, half the capacity, 40% of the time: comm inflation pacing
+    # cannot remove (the comm twin can only delay launches).
+    "tenant-heavy": (
+        "name: tenant-heavy\njitter: {cv: 0.02}\nforeign:\n"
+        + "".join(
+            f"  - {{links: [{_UPLINKS[i]}, {_UPLINKS[8 + i]}], scale: 0.5, duty: 0.4, burst_steps: 15}}\n"
+            for i in range(8)
+        )
+    ),
+    "slow-link": "name: slow-link\njitter: {cv: 0.02}\nlinks:\n  - {link: leaf0->spine0, scale: 0.4}\n",
+    "flapping-link": (
+        "name: flapping-link\njitter: {cv: 0.02}\nlinks:\n"
+        "  - {link: leaf1->spine1, scale: 0.3, flap_period_steps: 60, flap_down_steps: 20}\n"
     ),
 }
+# ECMP-heavy: no host noise at all, every collision of the paper cluster's plain ECMP shows.
+ECMP_ONLY = "ecmp-only"
 
 
-def study(args: list[str]) -> dict[str, Any]:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fabricpace.cli.app",
-            "study",
-            "--backend",
-            "sim",
-            "--compare",
-            "baseline,paced",
-            "--no-figures",
-            "--format",
-            "json",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"study failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-    return dict(json.loads(r.stdout))
+def random_noise(k: int) -> NoiseSpec:
+    """A random composition of noise sources (seeded by ``k``): each present with probability ~1/2."""
+    rng = np.random.default_rng([0xC0FFEE, k])
+    d: dict[str, Any] = {"name": f"random-{k}", "jitter": {"cv": float(rng.uniform(0.0, 0.06))}}
+    if rng.random() < 0.5:
+        d["gc"] = {
+            "garbage_mb_per_step": float(rng.uniform(2, 25)),
+            "threshold_mb": float(rng.uniform(200, 1500)),
+            "pause_ms_base": float(rng.uniform(1, 60)),
+            "pause_ms_per_mb": float(rng.uniform(0.0, 0.1)),
+        }
+    if rng.random() < 0.5:
+        d["pauses"] = {"rate_hz": float(rng.uniform(0.1, 3)), "duration_ms": float(rng.uniform(1, 10))}
+    if rng.random() < 0.5:
+        if rng.random() < 0.5:
+            d["slow"] = [{"rank": int(rng.integers(0, 32)), "factor": float(rng.uniform(1.02, 1.4))}]
+        else:
+            d["slow"] = [{"node": int(rng.integers(0, 4)), "factor": float(rng.uniform(1.02, 1.2))}]
+    if rng.random() < 0.5:
+        n = int(rng.integers(1, 9))
+        d["foreign"] = [
+            {"links": [_UPLINKS[i], _UPLINKS[8 + i]], "scale": float(rng.uniform(0.3, 0.9)),
+             "duty": float(rng.uniform(0.05, 0.6)), "burst_steps": float(rng.uniform(3, 40))}
+            for i in rng.choice(8, size=n, replace=False)
+        ]
+    if rng.random() < 0.3:
+        d["links"] = [{"link": _UPLINKS[int(rng.integers(0, 16))], "scale": float(rng.uniform(0.3, 0.9))}]
+    return NoiseSpec.model_validate(d)
 
 
-def rows_by_nodes(result: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = result["rows"]
-    base = {r["nodes"]: r for r in rows if r["mode"] == "baseline"}
-    out = []
-    for r in rows:
-        if r["mode"] != "paced":
-            continue
-        b = base[r["nodes"]]
-        out.append(
-            {
-                "nodes": r["nodes"],
-                "baseline": b["throughput"],
-                "paced": r["throughput"],
-                "delta_pct": r.get("delta_pct"),
-                "delta_ci_pct": r.get("delta_ci_pct"),
-                "cv_baseline": b["cv"],
-                "cv_paced": r["cv"],
-            }
+# ---------------------------------------------------------------------------------------------- runs
+_T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13,
+         2.12, 2.11, 2.10, 2.09, 2.09]
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96 + 2.4 / max(df, 1)
+
+
+def cluster(routing: str = "ecmp") -> Any:
+    cl = load_cluster(PAPER / "cluster.yaml")
+    if routing == "ecmp":
+        return cl
+    return cl.model_copy(update={"network": cl.network.model_copy(update={"routing": routing})})
+
+
+@dataclass(frozen=True)
+class Run:
+    throughput: float
+    cv: float
+    decisions: tuple[str, ...] = ()
+
+
+def run(
+    noise: NoiseSpec,
+    *,
+    nodes: int,
+    seed: int,
+    mode: str | PacingState = "baseline",
+    cl: Any = None,
+    config: PacingConfig | None = None,
+    steps: int = 300,
+    warmup: int = 50,
+    window: int = 50,
+) -> Run:
+    """One simulated run: mode "baseline", "paced" (auto controller + guard) or a pinned state."""
+    cl = cl if cl is not None else cluster()
+    controller = None
+    pinned = mode if isinstance(mode, PacingState) else None
+    if mode == "paced":
+        g = cl.gpus_per_node
+        leaves = [cl.leaf_of(r // g) for r in range(nodes * g)]
+        controller = Controller(nodes * g, config or PacingConfig(), policies="auto", leaves=leaves)
+    with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
+        out = simulate(
+            cl,
+            PAPER / "workload.yaml",
+            Noise(spec=noise, source=f"({noise.name})"),
+            nodes=nodes,
+            steps=steps,
+            seed=seed,
+            out_dir=Path(tmp) / "run",
+            controller=controller,
+            options=SimOptions(window=window, record_collectives=False, pinned=pinned),
         )
+        row = summarize_run(load_run(out), warmup)
+    dec = tuple(f"{d.step}:{d.policy}/{d.action}" for d in controller.decisions) if controller else ()
+    return Run(throughput=float(row["throughput"]), cv=float(row["cv"]), decisions=dec)
+
+
+@dataclass(frozen=True)
+class Paired:
+    n: int
+    base: float
+    other: float
+    delta_pct: float
+    ci_lo: float
+    ci_hi: float
+    cv_base: float
+    cv_other: float
+
+    @property
+    def verdict(self) -> str:
+        return "better" if self.ci_lo > 0 else "WORSE" if self.ci_hi < 0 else "no change"
+
+    def line(self) -> str:
+        return (
+            f"{self.base:8.1f} -> {self.other:8.1f}  Δ {self.delta_pct:+6.2f}% "
+            f"(95% CI {self.ci_lo:+.2f}..{self.ci_hi:+.2f}, n={self.n})  "
+            f"CV {self.cv_base:.3f} -> {self.cv_other:.3f}  {self.verdict}"
+        )
+
+
+def paired(base: Sequence[Run], other: Sequence[Run]) -> Paired:
+    """Mean of paired relative throughput differences (same seeds), Student-t 95% CI over seeds."""
+    b = np.array([r.throughput for r in base])
+    o = np.array([r.throughput for r in other])
+    d = (o / b - 1.0) * 100.0
+    m = float(d.mean())
+    half = t975(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size) if d.size > 1 else math.nan
+    return Paired(
+        n=int(d.size), base=float(b.mean()), other=float(o.mean()), delta_pct=m, ci_lo=m - half,
+        ci_hi=m + half, cv_base=float(np.mean([r.cv for r in base])),
+        cv_other=float(np.mean([r.cv for r in other])),
+    )
+
+
+def without(spec: NoiseSpec, *parts: str) -> NoiseSpec:
+    """The noise with some sources switched off: jitter, gc, slow, pauses, foreign, links."""
+    update: dict[str, Any] = {}
+    for p in parts:
+        if p == "jitter":
+            update["jitter"] = spec.jitter.model_copy(update={"cv": 0.0})
+        elif p == "gc":
+            update["gc"] = spec.gc.model_copy(update={"garbage_mb_per_step": 0.0})
+        elif p == "pauses":
+            update["pauses"] = spec.pauses.model_copy(update={"rate_hz": 0.0})
+        elif p in ("slow", "foreign", "links"):
+            update[p] = []
+        else:
+            raise ValueError(f"unknown noise part {p!r}")
+    return spec.model_copy(update=update)
+
+
+def scenario(name: str) -> tuple[NoiseSpec, Any]:
+    """(noise, cluster) of a named scenario."""
+    if name == "paper":
+        return load_noise(PAPER / "noise.yaml").spec, cluster()
+    if name == ECMP_ONLY:
+        return NoiseSpec(name=ECMP_ONLY), cluster()
+    if name.startswith("random-"):
+        return random_noise(int(name.split("-", 1)[1])), cluster()
+    import yaml
+
+    return NoiseSpec.model_validate(yaml.safe_load(NOISE[name])), cluster()
+
+
+# ------------------------------------------------------------------------------------------ commands
+def compare(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
+    names = args.only or ["paper", *NOISE, ECMP_ONLY]
+    names += [f"random-{k}" for k in range(args.random)]
+    nodes = [int(x) for x in args.nodes.split(",")]
+    seeds = range(args.seed, args.seed + args.seeds)
+    results: dict[str, Any] = {}
+    worse = 0
+    for name in names:
+        noise, cl = scenario(name)
+        for n in nodes:
+            base = [run(noise, nodes=n, seed=s, cl=cl, steps=args.steps) for s in seeds]
+            paced = [run(noise, nodes=n, seed=s, cl=cl, mode="paced", config=config, steps=args.steps)
+                     for s in seeds]
+            p = paired(base, paced)
+            worse += p.verdict == "WORSE"
+            kept = sum(any("keep" in d for d in r.decisions) for r in paced)
+            trials = sum(sum("enable" in d for d in r.decisions) for r in paced)
+            results[f"{name}/{n}"] = {**asdict(p), "verdict": p.verdict, "runs_with_keep": kept,
+                                      "trials": trials}
+            print(f"{name:15s} {n:3d} nodes  {p.line()}  trials {trials}, kept in {kept}/{p.n} runs",
+                  flush=True)
+            if args.verbose:
+                for s, r in zip(seeds, paced, strict=True):
+                    print(f"      seed {s}: {r.throughput:.1f}  {'; '.join(r.decisions)}", flush=True)
+    print(f"scenario x nodes points worse beyond noise: {worse} of {len(results)}", flush=True)
+    return results
+
+
+def decompose(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
+    """Baseline with each noise source off in turn, and each actuator pinned on from step 0."""
+    noise, cl = scenario(args.only[0] if args.only else "paper")
+    seeds = range(args.seed, args.seed + args.seeds)
+    everything = ("jitter", "gc", "slow", "pauses", "foreign", "links")
+    host = ("jitter", "gc", "slow", "pauses")
+    out: dict[str, Any] = {}
+    for n in [int(x) for x in args.nodes.split(",")]:
+        world = n * cl.gpus_per_node
+        factor = np.ones(world)
+        for sl in noise.slow:
+            ranks = np.arange(world)
+            who = (ranks == sl.rank) if sl.rank is not None else (ranks // cl.gpus_per_node == sl.node)
+            factor[who] *= sl.factor
+        speed = 1.0 / factor
+        true_shares = PacingState(shares=tuple(float(x) for x in speed / speed.sum()))
+        # label -> (noise, cluster, mode)
+        arms: dict[str, tuple[NoiseSpec, Any, str | PacingState]] = {
+            **{f"without {p}": (without(noise, p), cl, "baseline") for p in everything[:-1]},
+            "without ECMP (spray)": (noise, cluster("spray"), "baseline"),
+            "without host noise": (without(noise, *host), cl, "baseline"),
+            "without fabric noise": (without(noise, "foreign", "links"), cluster("spray"), "baseline"),
+            "without everything": (without(noise, *everything), cluster("spray"), "baseline"),
+            "oracle gc lockstep/1": (noise, cl, PacingState(gc_interval=1)),
+            "oracle gc lockstep/10": (noise, cl, PacingState(gc_interval=10)),
+            "oracle rebalance (true speeds)": (noise, cl, true_shares),
+            "oracle gc/1 + rebalance": (noise, cl, replace(true_shares, gc_interval=1)),
+            "oracle comm window 2": (noise, cl, PacingState(comm_window=2)),
+            "oracle comm window 1": (noise, cl, PacingState(comm_window=1)),
+            "paced (auto + guard)": (noise, cl, "paced"),
+        }
+        base = [run(noise, nodes=n, seed=s, cl=cl, steps=args.steps) for s in seeds]
+        p0 = paired(base, base)
+        print(f"== {noise.name}, {n} nodes: baseline {p0.base:.1f} samples/s, CV {p0.cv_base:.3f}",
+              flush=True)
+        for label, (nz, c, mode) in arms.items():
+            runs = [run(nz, nodes=n, seed=s, cl=c, mode=mode, config=config, steps=args.steps)
+                    for s in seeds]
+            p = paired(base, runs)
+            out[f"{n}/{label}"] = {**asdict(p), "verdict": p.verdict}
+            print(f"   {label:31s} {p.line()}", flush=True)
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", action="append", help="scenario(s) to run: paper or a name from NOISE")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("command", nargs="?", default="compare", choices=["compare", "decompose"])
+    ap.add_argument("--only", action="append", help="scenario(s): paper, ecmp-only, random-K or a NOISE name")
+    ap.add_argument("--random", type=int, default=0, help="add this many random noise compositions")
+    ap.add_argument("--seeds", type=int, default=5, help="paired seeds per point")
+    ap.add_argument("--seed", type=int, default=1, help="first seed (the study's default is 1)")
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--nodes", default="4,8,16")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="PacingConfig override for the paced arm, e.g. --set guard_max_pairs=4")
+    ap.add_argument("--verbose", action="store_true", help="print each paced run's decisions")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args(argv)
-    names = args.only or ["paper", *NOISE]
-    results: dict[str, list[dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
-        for name in names:
-            out = Path(tmp) / name
-            common = ["--repeats", str(args.repeats), "--nodes", args.nodes, "--out", str(out)]
-            if name == "paper":
-                res = study(["--scenario", "paper", *common])
-            else:
-                noise = Path(tmp) / f"{name}.yaml"
-                noise.write_text(NOISE[name])
-                res = study(
-                    [
-                        "--cluster",
-                        str(PAPER / "cluster.yaml"),
-                        "--workload",
-                        str(PAPER / "workload.yaml"),
-                        "--noise",
-                        str(noise),
-                        "--steps",
-                        "300",
-                        "--warmup",
-                        "50",
-                        *common,
-                    ]
-                )
-            results[name] = rows_by_nodes(res)
-            for row in results[name]:
-                ci = row["delta_ci_pct"] or [float("nan"), float("nan")]
-                d = row["delta_pct"] if row["delta_pct"] is not None else float("nan")
-                print(
-                    f"{name:12s} {row['nodes']:3d} nodes  baseline {row['baseline']:8.1f}  paced "
-                    f"{row['paced']:8.1f}  Δ {d:+.2f}% (95% CI {ci[0]:+.2f}..{ci[1]:+.2f})  "
-                    f"CV {row['cv_baseline']:.3f} -> {row['cv_paced']:.3f}",
-                    flush=True,
-                )
+    overrides = {k: float(v) if "." in v else int(v) for k, v in (s.split("=", 1) for s in args.set)}
+    config = PacingConfig().with_overrides(**overrides)
+    res = compare(args, config) if args.command == "compare" else decompose(args, config)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(res, indent=2))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def test_slow_controller_turns_pacing_off(tmp_path, summaries):
 def test_only_rank_zero_writes(tmp_path, summaries):
     p = make_pacer("gc", rank=1, world_size=4, run_dir=tmp_path, window=50)
     p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
+    p.on_window(99, summaries(1, gc_ms=10, gc_count=4))
     assert p.decisions and not (tmp_path / "pacing.parquet").exists()
     p.close()
 
@@ -43,8 +44,9 @@ def test_gc_lockstep_is_restored_on_close(tmp_path, summaries):
     assert gc.isenabled()
     p = make_pacer("gc", rank=0, world_size=4, run_dir=tmp_path, window=50)
     p.on_window(49, summaries(0, gc_ms=10, gc_count=4))
+    p.on_window(99, summaries(1, gc_ms=10, gc_count=4))
     assert p.state.gc_interval is not None and not gc.isenabled()
-    p.on_step_start(50)  # a lockstep collection at a multiple of the interval
+    p.on_step_start(100)  # a lockstep collection at a multiple of the interval
     assert p.gc.collections == 1
     p.close()
     assert gc.isenabled()
@@ -54,13 +56,16 @@ def test_gc_lockstep_is_restored_on_close(tmp_path, summaries):
 def test_shares_take_effect_after_the_lag_on_every_rank(tmp_path, summaries):
     pacers = [make_pacer("rebalance", rank=r, world_size=4, run_dir=None, window=50) for r in range(4)]
     s = summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])
+    s1 = summaries(1, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])
     for p in pacers:
         p.on_step_end(49)
         p.on_window(49, s)
+        p.on_step_end(99)
+        p.on_window(99, s1)
     lag = pacers[0].share_lag_steps
-    for step in (50, 50 + lag - 1):
+    for step in (100, 100 + lag - 1):
         assert pacers[0].batch_counts(64, step) == [16, 16, 16, 16]
-    after = [p.batch_counts(64, 50 + lag) for p in pacers]
+    after = [p.batch_counts(64, 100 + lag) for p in pacers]
     assert all(a == after[0] for a in after) and sum(after[0]) == 64 and after[0][1] < 16
 
 
@@ -75,16 +80,17 @@ def test_pin_applies_a_fixed_state(tmp_path):
 def test_wants_comm_hook_only_when_gating_is_near(tmp_path, summaries):
     p = make_pacer("auto", rank=1, world_size=4, run_dir=None, window=50)
     assert not p.wants_comm_hook()  # a fresh run pays for no comm hook
-    p.on_window(49, summaries(0, transfer_ms=10.0, wait_ms=20.0))  # quiet level learnt
-    assert not p.wants_comm_hook()
-    p.on_window(99, summaries(1, transfer_ms=20.0, wait_ms=20.0))  # inflated once: trial may start next
+    for w, t in enumerate((10.0, 10.5, 9.5)):  # quiet level learnt
+        p.on_window(50 * w + 49, summaries(w, transfer_ms=t, wait_ms=20.0))
+        assert not p.wants_comm_hook()
+    p.on_window(199, summaries(3, transfer_ms=20.0, wait_ms=20.0))  # inflated once: trial may start next
     assert p.wants_comm_hook() and p.state.comm_window is None
-    p.on_window(149, summaries(2, transfer_ms=20.0, wait_ms=20.0))  # inflated twice: comm on trial
+    p.on_window(249, summaries(4, transfer_ms=20.0, wait_ms=20.0))  # inflated twice: comm on trial
     assert p.wants_comm_hook() and p.state.comm_window is not None
     p.close()
     off = make_pacer("gc,rebalance", rank=0, world_size=4, run_dir=None, window=50)
-    for w in range(3):
-        off.on_window(49 + 50 * w, summaries(w, transfer_ms=10.0 * (1 + w), wait_ms=20.0))
+    for w, t in enumerate((10.0, 10.5, 9.5, 20.0, 20.0)):
+        off.on_window(49 + 50 * w, summaries(w, transfer_ms=t, wait_ms=20.0))
     assert not off.wants_comm_hook()  # comm not among the policies
     pinned = make_pacer("off", rank=0, world_size=2, run_dir=None, window=50)
     pinned.pin(PacingState(comm_window=1), step_time_ns=1e8)

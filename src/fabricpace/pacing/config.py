@@ -55,8 +55,17 @@ class PacingConfig:
     comm_low: float = 1.15
     # Exposed communication must be at least this share of step time for comm gating to be tried.
     comm_trigger_share: float = 0.10
+    # Quiet level of transfer: the median of at least this many earlier ungated windows; a window is
+    # inflated only when also more than `comm_noise_k` robust standard deviations above it.
+    comm_history_min: int = 3
+    comm_noise_k: float = 3.0
     comm_window_init: int = 2
     comm_window_max: int = 8
+
+    # --- triggers -----------------------------------------------------------------------------------
+    # A gc or rebalance trigger must fire in this many consecutive windows before a trial starts
+    # (comm always needs two: its inflation is measured against the previous window). 1 = act at once.
+    trigger_windows: int = 2
 
     # --- guard: do no harm -------------------------------------------------------------------------
     # A candidate runs in interleaved ON/OFF control windows (ABBA order); it is kept only when the
@@ -94,6 +103,8 @@ class PacingConfig:
             raise ConfigError("PacingConfig.gc_interval: need 1 <= gc_interval_min <= gc_interval <= max")
         if self.comm_low >= self.comm_high:
             raise ConfigError("PacingConfig.comm_low must be below comm_high (hysteresis band)")
+        if self.trigger_windows < 1:
+            raise ConfigError("PacingConfig.trigger_windows: must be >= 1")
         if self.guard_pairs < 1 or self.guard_max_pairs < self.guard_pairs:
             raise ConfigError("PacingConfig.guard_pairs: need 1 <= guard_pairs <= guard_max_pairs")
         if not 0 < self.rebalance_step <= 1 or not 0 < self.rebalance_min_share <= 1:

@@ -24,7 +24,7 @@ import numpy as np
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.guard import Guard, Verdict
 from fabricpace.pacing.placement import plan_placement
-from fabricpace.pacing.rebalance import damped_shares, speed_shares
+from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.run.window import WindowSummary
 
@@ -136,18 +136,23 @@ class Controller:
         self._gc_rss_ref: float | None = None
         self._placement_done = False
         self._bundle_failed = False
-        self._last_inflation = 0.0
+        self._inflation = 0.0  # this window's transfer / its quiet level
+        # Transfer inflated beyond noise in this window / in the previous one (comm needs both).
+        self._inflated_now = False
+        self._inflated_prev = False
+        self._transfers: list[float] = []  # transfer per step of every ungated window so far
         # True when the comm trigger fired in the last window and fires again next window (the trial
         # would start then): the observer installs its DDP comm hook one window ahead.
         self.comm_armed = False
+        # trigger -> (last window it fired, consecutive windows it fired)
+        self._streak: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
         """Consume one window's summaries; return the state for the next window and new decisions."""
         fleet = fleet_view(summaries, self.world_size)
         out: list[Decision] = []
-        if not self._gating_now(fleet.window) and np.isfinite(fleet.transfer) and fleet.transfer > 0:
-            self._quiet_transfer = min(self._quiet_transfer, fleet.transfer)
+        self._observe_transfer(fleet)
         if (
             fleet.window >= self.config.warmup_windows
             and np.isfinite(fleet.step_time)
@@ -159,12 +164,11 @@ class Controller:
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._propose(step, fleet, out)
-        if math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
-            self._last_inflation = fleet.transfer / self._quiet_transfer
+        self._inflated_prev = self._inflated_now
         self.comm_armed = (
             "comm" in self.policies
             and self.kept.comm_window is None
-            and self._last_inflation > self.config.comm_high
+            and self._inflated_now
             and fleet.wait_share >= self.config.comm_trigger_share
         )
         nxt = fleet.window + 1
@@ -202,6 +206,29 @@ class Controller:
         return self.kept.comm_window is not None or self.kept.comm_spacing_ns > 0 or self.comm_armed
 
     # ------------------------------------------------------------------------------------ internals
+    def _observe_transfer(self, fleet: Fleet) -> None:
+        """Compare this window's transfer with its quiet level: the median of earlier ungated windows.
+
+        Transfer is "inflated" when it is ``comm_high`` times that level AND above it by more than
+        ``comm_noise_k`` robust standard deviations (1.4826 MAD) of those windows. The median and the
+        spread are estimated from ``comm_history_min`` windows at least: a running minimum (the
+        quietest window ever seen) drifts down with every noisy window, so on a busy host almost any
+        later window looked inflated against it."""
+        c = self.config
+        t = fleet.transfer
+        ok = bool(np.isfinite(t) and t > 0)
+        self._inflated_now = False
+        if len(self._transfers) >= c.comm_history_min:
+            hist = np.asarray(self._transfers)
+            quiet = float(np.median(hist))
+            spread = 1.4826 * float(np.median(np.abs(hist - quiet)))
+            self._quiet_transfer = quiet
+            if ok and quiet > 0:
+                self._inflation = t / quiet
+                self._inflated_now = self._inflation > c.comm_high and t - quiet > c.comm_noise_k * spread
+        if ok and not self._gating_now(fleet.window):
+            self._transfers.append(float(t))
+
     def _gating_now(self, window: int) -> bool:
         t = self.guard.trial
         if t is not None and t.arms.get(window) == "on" and t.on.comm_window is not None:
@@ -297,14 +324,24 @@ class Controller:
                 )
 
     def _rebalance_target(self, fleet: Fleet, cur: np.ndarray) -> tuple[np.ndarray, float]:
-        """Damped step toward speed-proportional shares and its predicted step-time saving."""
+        """Damped step toward speed-proportional shares and its predicted step-time saving.
+
+        The saving is predicted for the integer sample counts the shares round to (the rounding every
+        rank and the simulator apply): with few samples per rank a small move rounds to no move at
+        all, or moves one whole sample onto ranks that then become the slowest — such a candidate
+        predicts no saving and is never tried (its trial could only measure noise)."""
         c = self.config
         new = damped_shares(
             cur, speed_shares(fleet.cps), step=c.rebalance_step, min_share=c.rebalance_min_share
         )
-        total = float(fleet.samples.sum())
-        predicted = fleet.cps * new * total
-        gain = (float(fleet.compute.max()) - float(predicted.max())) / fleet.step_time
+        total = round(float(fleet.samples.sum()))
+        if total >= self.world_size:
+            counts = np.asarray(counts_from_shares(tuple(new), total, self.world_size), dtype=np.float64)
+        else:  # no usable sample counts (the loop does not report them): shares as fractions
+            counts = new * float(fleet.samples.sum())
+        predicted = fleet.cps * counts
+        now = fleet.cps * fleet.samples
+        gain = (float(now.max()) - float(predicted.max())) / fleet.step_time
         return new, gain
 
     def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
@@ -314,7 +351,21 @@ class Controller:
         def ready(policy: str) -> bool:
             return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
 
-        if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
+        def persistent(key: str) -> bool:
+            """The trigger ``key`` fired in this window; True once it fired in ``trigger_windows``
+            consecutive windows. A one-off (a full collection during warm-up, a rank descheduled for a
+            window by another process) then never starts a trial, whose control windows would cost."""
+            last, n = self._streak.get(key, (-2, 0))
+            n = n + 1 if last == w - 1 else 1
+            self._streak[key] = (w, n)
+            return n >= c.trigger_windows
+
+        if (
+            ready("gc")
+            and k.gc_interval is None
+            and fleet.gc_share >= c.gc_trigger_share
+            and persistent("gc")
+        ):
             interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
             candidates.append(
                 (
@@ -337,7 +388,8 @@ class Controller:
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
                 new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
-                if gain >= c.rebalance_min_gain:
+                # The same slow group in consecutive windows: a persistent straggler.
+                if gain >= c.rebalance_min_gain and persistent(f"rebalance:{_fmt_ranks(slow)}"):
                     r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
                     who = f"rank {r}" if slow.size == 1 else f"ranks {_fmt_ranks(slow)}"
@@ -353,7 +405,7 @@ class Controller:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
             new, gain = self._rebalance_target(fleet, cur)
-            if gain >= c.rebalance_min_gain:
+            if gain >= c.rebalance_min_gain and persistent("rebalance-adjust"):
                 r = int(np.argmax(fleet.cps))
                 reason = (
                     f"compute still uneven (rank {r} slowest per sample): trying shares "
@@ -370,7 +422,7 @@ class Controller:
             and fleet.wait_share >= c.comm_trigger_share
         ):
             infl = fleet.transfer / self._quiet_transfer
-            if infl > c.comm_high and self._last_inflation > c.comm_high:
+            if self._inflated_now and self._inflated_prev:
                 candidates.append(
                     (
                         fleet.wait_share * (1 - 1 / infl),
