@@ -151,9 +151,11 @@ def test_fast_model_equals_collective_time_with_a_tuner_plugin_and_rings_across_
 
     ar, ag = _p5_points(data_dir), _p5_gather_points(data_dir)
     pts = Points(*(np.concatenate([getattr(ar, f), getattr(ag, f)]) for f in Points.__dataclass_fields__))
-    cl = load_cluster("p5-efa").with_tuning(net_efficiency=0.85, tree_efficiency=0.7, base_us=50.0)
-    cl = cl.with_tuning(net_overhead_us=9.0)
-    fast = FastModel(cl, pts).times(0.85, 0.7, 50.0, 9.0)
+    values = dict(
+        net_efficiency=0.85, tree_efficiency=0.45, nvls_tree_efficiency=0.7, base_us=50.0, net_overhead_us=9.0
+    )
+    cl = load_cluster("p5-efa").with_tuning(**values)
+    fast = FastModel(cl, pts).times(**values)
     slow = [
         collective_time(cl, str(o), s, nodes=int(n)).time_s
         for o, s, n in zip(pts.op, pts.nbytes, pts.nodes, strict=True)

@@ -1,9 +1,11 @@
 """Calibration: fit the collective model's free parameters to nccl-tests logs taken at a few node counts.
 
 What is fitted (``Tuning``): ``net_efficiency`` (share of NIC line rate a ring reaches),
-``tree_efficiency`` (the same for tree / NVLS-tree), ``base_us`` (fixed cost per call) and
-``net_overhead_us`` (the proxy's cost per network operation, which paces every step of a ring that spans
-nodes; kept as it is when no calibration row uses such a ring). Everything else comes from the cluster
+``tree_efficiency`` (the same for NCCL's tree), ``nvls_tree_efficiency`` (the same for NVLS-tree),
+``base_us`` (fixed cost per call) and ``net_overhead_us`` (the proxy's cost per network operation, which
+paces every step of a ring that spans nodes). A value no calibration row depends on (no ring across nodes,
+no tree, no NVLS-tree row) is not fitted: it keeps the cluster file's value instead of drifting to
+whatever the optimiser leaves it at. Everything else comes from the cluster
 file: link rates, topology, per-hop latencies (``latency_scale`` stays 1, because logs at two node counts
 cannot tell a per-hop latency from the fixed cost). The algorithm and protocol of every point are *not*
 given to the fit: the model's NCCL-like selection picks them, as it will when predicting; that choice
@@ -37,7 +39,7 @@ from fabricpace.fabric.collectives import (
 )
 from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
 
-FITTED = ("net_efficiency", "tree_efficiency", "base_us", "net_overhead_us")
+FITTED = ("net_efficiency", "tree_efficiency", "nvls_tree_efficiency", "base_us", "net_overhead_us")
 
 
 @dataclass(frozen=True)
@@ -149,20 +151,30 @@ class FastModel:
             parts = latency_parts(cluster, op, alg, proto, n, g)
             self.groups.append((np.array(rows), alg, proto, net, nvl, nvls, parts))
         self.nvlink_efficiency = cluster.tuning.nvlink_efficiency
-        # does any point depend on the proxy overhead (a ring across nodes)?
-        self.uses_overhead = any(g[6].overhead_mult > 0 for g in self.groups)
+        # which fitted values any point depends on (a network term with that efficiency; a ring across nodes)
+        self.uses = {
+            "net_efficiency": any(g[3] > 0 and g[1] not in ("tree", "nvls_tree") for g in self.groups),
+            "tree_efficiency": any(g[3] > 0 and g[1] == "tree" for g in self.groups),
+            "nvls_tree_efficiency": any(g[3] > 0 and g[1] == "nvls_tree" for g in self.groups),
+            "base_us": True,
+            "net_overhead_us": any(g[6].overhead_mult > 0 for g in self.groups),
+        }
+        self.uses_overhead = self.uses["net_overhead_us"]
 
     def times(
         self,
+        *,
         net_efficiency: float,
         tree_efficiency: float,
+        nvls_tree_efficiency: float,
         base_us: float,
         net_overhead_us: float,
     ) -> np.ndarray:
         out = np.empty(len(self.points))
         s = self.points.nbytes
+        effs = {"tree": tree_efficiency, "nvls_tree": nvls_tree_efficiency}
         for rows, alg, proto, net, nvl, nvls, parts in self.groups:
-            eff = tree_efficiency if alg in ("tree", "nvls_tree") else net_efficiency
+            eff = effs.get(alg, net_efficiency)
             per_byte = max(net / eff, nvl / self.nvlink_efficiency, nvls)
             lat = parts.latency_us(base_us, net_overhead_us) * 1e-6
             out[rows] = lat + s[rows] * per_byte / protocol_bandwidth(proto)
@@ -225,38 +237,40 @@ class Fit:
 
 
 def fit_tuning(cluster: Cluster, points: Points) -> tuple[dict[str, float], np.ndarray]:
-    """Fitted ``FITTED`` values and the model's times on ``points``."""
+    """Fitted ``FITTED`` values and the model's times on ``points``. Values no point depends on keep the
+    cluster's value (``FastModel.uses``)."""
     model = FastModel(cluster, points)
     y = np.log(points.time_s)
-    tu = cluster.tuning
+    prior = {k: float(getattr(cluster.tuning, k)) for k in FITTED}
+    free = [k for k in FITTED if model.uses[k]]
+    efficiency = {"net_efficiency", "tree_efficiency", "nvls_tree_efficiency"}
 
-    def unpack(x: np.ndarray) -> tuple[float, float, float, float]:
-        overhead = float(np.exp(x[3])) if model.uses_overhead else tu.net_overhead_us
-        return float(_sigmoid(x[0])), float(_sigmoid(x[1])), float(np.exp(x[2])), overhead
+    # transformed coordinates: logit for efficiencies (0..1), log for times
+    def to_x(k: str, v: float) -> float:
+        if k in efficiency:
+            return float(np.log(v / (1 - min(v, 0.99))))
+        return float(np.log(max(v, 1.0 if k == "base_us" else 0.1)))
+
+    def unpack(x: np.ndarray) -> dict[str, float]:
+        vals = dict(prior)
+        for k, xi in zip(free, x, strict=True):
+            vals[k] = float(_sigmoid(xi)) if k in efficiency else float(np.exp(xi))
+        return vals
 
     def loss(x: np.ndarray) -> float:
-        return float(np.sum((np.log(model.times(*unpack(x))) - y) ** 2))
+        return float(np.sum((np.log(model.times(**unpack(x))) - y) ** 2))
 
-    def logit(v: float) -> float:
-        return float(np.log(v / (1 - min(v, 0.99))))
-
-    x0 = np.array(
-        [
-            logit(tu.net_efficiency),
-            logit(tu.tree_efficiency),
-            np.log(max(tu.base_us, 1.0)),
-            np.log(max(tu.net_overhead_us, 0.1)),
-        ]
-    )
+    x0 = np.array([to_x(k, prior[k]) for k in free])
     best = x0
     best_loss = loss(x0)
-    # more starts guard against flat regions (a parameter no calibration row depends on)
-    for shift in ((0, 0, 0, 0), (0, 0, 2.0, 0), (0, 0, 0, 2.0)):
-        x = nelder_mead(loss, x0 + np.array(shift, dtype=float), iters=800)
+    # more starts guard against flat regions: a larger fixed cost, a larger proxy overhead
+    for moved in (None, "base_us", "net_overhead_us"):
+        shift = np.array([2.0 if k == moved else 0.0 for k in free])
+        x = nelder_mead(loss, x0 + shift, iters=800 + 200 * len(free))
         if loss(x) < best_loss:
             best, best_loss = x, loss(x)
     values = unpack(best)
-    return dict(zip(FITTED, values, strict=True)), model.times(*values)
+    return values, model.times(**values)
 
 
 def calibrate_cluster(

@@ -66,10 +66,15 @@ class Network(BaseModel):
 
 
 class Tuning(BaseModel):
-    """Free parameters of the collective model (see collectives.py); ``--calibrate`` fits the first three.
+    """Free parameters of the collective model (see collectives.py); ``--calibrate`` fits the efficiencies,
+    ``base_us`` and ``net_overhead_us``.
 
     ``net_efficiency``: share of NIC line rate a bandwidth-bound ring reaches (busbw / line rate).
-    ``tree_efficiency``: the same for tree-shaped algorithms (tree, NVLS-tree) on the network.
+    ``tree_efficiency``: the same for NCCL's tree (a chain through the node's GPUs, a binary tree across
+    nodes; LL, LL128 or Simple).
+    ``nvls_tree_efficiency``: the same for NVLS-tree (the node reduces in the NVSwitch, Simple protocol, its
+    own channels and chunk sizes): NCCL models its bandwidth separately from the tree's (tuning.cc), and
+    it is a different pipeline, so it has its own efficiency.
     ``base_us``: fixed cost of one call (launch, pipeline fill), Simple protocol.
     ``nvlink_efficiency``: share of the intra-node link rate a ring reaches.
     ``latency_scale``: multiplies the per-hop latencies of the cluster file (kept at 1 by calibration:
@@ -87,6 +92,7 @@ class Tuning(BaseModel):
     model_config = _FROZEN
     net_efficiency: float = Field(default=0.92, gt=0, le=1.0)
     tree_efficiency: float = Field(default=0.80, gt=0, le=1.0)
+    nvls_tree_efficiency: float = Field(default=0.80, gt=0, le=1.0)
     base_us: float = Field(default=8.4, ge=0)
     nvlink_efficiency: float = Field(default=0.80, gt=0, le=1.0)
     latency_scale: float = Field(default=1.0, gt=0)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fabricpace._errors import InputError
-from fabricpace.fabric.cluster import Cluster, load_cluster
+from fabricpace.fabric.cluster import Cluster, Tuning, load_cluster
 from fabricpace.fabric.patterns import Pattern, alltoall_pattern, ring_pattern, tree_pattern
 from fabricpace.fabric.topology import Topology
 from fabricpace.fabric.tuner import tuner_choice
@@ -283,6 +283,17 @@ class _Plan:
     fixed_link: int  # that link (-1: the NVSwitch itself)
 
 
+def network_efficiency(tuning: Tuning, algorithm: str) -> float:
+    """Share of the network line rate an algorithm reaches: ``tree_efficiency`` for NCCL's tree,
+    ``nvls_tree_efficiency`` for NVLS-tree (NCCL's tuning.cc gives the two separate bandwidth rules: they are
+    different pipelines), ``net_efficiency`` for rings and the rest."""
+    if algorithm == "tree":
+        return tuning.tree_efficiency
+    if algorithm == "nvls_tree":
+        return tuning.nvls_tree_efficiency
+    return tuning.net_efficiency
+
+
 def _empty_pattern(n_links: int) -> Pattern:
     e = np.zeros(0, dtype=np.int64)
     return Pattern(np.zeros(n_links), e, e, np.zeros(0), np.zeros(n_links, dtype=np.int64))
@@ -314,7 +325,7 @@ def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: s
         per_nic = 2.0 * (nodes - 1) / nodes / cl.nics.count  # all-reduce of S/g per rail, rails in parallel
         t = 2 * (g - 1) / g / nvl + per_nic / float(cap[0])
         return _Plan(algorithm, protocol, _empty_pattern(topo.n_links), cap, lat, t, 0)
-    cap = fab.cap(tu.tree_efficiency if algorithm in ("tree", "nvls_tree") else tu.net_efficiency)
+    cap = fab.cap(network_efficiency(tu, algorithm))
     key = cl.model_copy(update={"tuning": type(tu)(channels=tu.channels)})  # patterns ignore the rest
     pat = _cached_pattern(key, op, nodes, g, algorithm, spray)
     ratio = pat.fixed / cap
@@ -349,6 +360,7 @@ def _nominal(cluster: Cluster) -> Cluster:
     return cluster.with_tuning(
         net_efficiency=d.net_efficiency,
         tree_efficiency=d.tree_efficiency,
+        nvls_tree_efficiency=d.nvls_tree_efficiency,
         base_us=d.base_us,
         latency_scale=d.latency_scale,
         net_overhead_us=d.net_overhead_us,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace.fabric.cluster import Cluster
+from fabricpace.fabric.collectives import network_efficiency
 from fabricpace.fabric.maxmin import max_min_rates
 from fabricpace.fabric.patterns import ring_edges, tree_edges
 from fabricpace.fabric.topology import Topology
@@ -62,11 +63,7 @@ def explain_collective(
         return {"links": [], "text": f"{op} {nbytes} B on {nodes} nodes: {why}"}
     rng = np.random.default_rng(seed)
     topo, routes, per_flow = routed_connections(cluster, op, nodes, g, algorithm, rng)
-    eff = (
-        cluster.tuning.tree_efficiency
-        if algorithm in ("tree", "nvls_tree")
-        else cluster.tuning.net_efficiency
-    )
+    eff = network_efficiency(cluster.tuning, algorithm)
     cap = topo.capacity * eff
     rate = max_min_rates(routes, cap)
     # the lockstep collective runs at the pace of its slowest connection
