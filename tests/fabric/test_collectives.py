@@ -74,7 +74,9 @@ def test_selection_uses_nccl_constants_not_the_calibration():
     preset, and on EFA-like latencies the all-gather switch from LL128 to Simple happens at a fixed size per
     rank (the switch size doubles with the node count), as in the p5 measurements."""
     cl = load_cluster("p5-efa")
-    slow = cl.with_tuning(net_efficiency=0.3, tree_efficiency=0.3, base_us=500.0, net_overhead_us=20.0)
+    slow = cl.with_tuning(
+        net_efficiency=0.3, tree_efficiency=0.3, nvls_tree_efficiency=0.3, base_us=500.0, net_overhead_us=20.0
+    )
     for op, nodes, size in (
         ("all_reduce", 8, 64 << 20),
         ("all_gather", 16, 1 << 30),
@@ -88,6 +90,25 @@ def test_selection_uses_nccl_constants_not_the_calibration():
         first_simple.append(protos.index("Simple"))
         assert protos[first_simple[-1] :] == ["Simple"] * (8 - first_simple[-1])
     assert np.diff(first_simple).tolist() == [1, 1, 1]
+
+
+def test_tree_and_nvls_tree_have_their_own_efficiency():
+    """NCCL's tree and NVLS-tree are different pipelines with separate bandwidth rules (tuning.cc): each
+    algorithm's bandwidth term scales with its own efficiency and ignores the other's."""
+    cl = load_cluster("p5-efa").with_tuning(tuner="nccl", base_us=0.0)
+    size, nodes = 4 << 30, 16
+
+    def per_byte(c, alg):  # bandwidth term (s per byte of S), latency removed
+        r = collective_time(c, "all_reduce", size, nodes=nodes, algorithm=alg, protocol="Simple")
+        return (r.time_s - r.latency_s) / size
+
+    for alg, mine, other in (
+        ("tree", "tree_efficiency", "nvls_tree_efficiency"),
+        ("nvls_tree", "nvls_tree_efficiency", "tree_efficiency"),
+    ):
+        base = per_byte(cl.with_tuning(**{mine: 0.8, other: 0.8}), alg)
+        assert per_byte(cl.with_tuning(**{mine: 0.4, other: 0.8}), alg) == pytest.approx(2 * base, rel=1e-9)
+        assert per_byte(cl.with_tuning(**{mine: 0.8, other: 0.2}), alg) == pytest.approx(base, rel=1e-12)
 
 
 def test_selection_follows_size_and_scale(cluster_factory):
