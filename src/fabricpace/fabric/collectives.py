@@ -6,7 +6,8 @@ Model (S = bytes as nccl-tests counts them)::
 
 * ``u_a`` (seconds per byte of S) comes from the fabric: the algorithm's connections (patterns.py) are
   routed on the topology (NIC ports, leaf uplinks via ECMP or spraying, NVLink ports) and
-  ``u_a = max over links of bytes_on_link / (capacity * efficiency)``. Rings and trees move data in
+  ``u_a = max over links of bytes_on_link / (capacity * efficiency)``, with the algorithm's own network
+  efficiency (ring, tree and NVLS-tree each have one: ``network_efficiency``). Rings and trees move data in
   lockstep pipelines, so the slowest link paces every flow, and the max-min fair rate of the slowest flow
   is exactly ``capacity / load`` of its busiest link. One ECMP draw therefore needs only a ``bincount`` of
   hashed connections per uplink, not a full max-min solve (tests check this closed form against
