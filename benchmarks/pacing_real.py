@@ -554,6 +554,52 @@ def ab(name: str, *, pairs: int, steps: int, window: int, world: int, skip: int)
     return out
 
 
+def hotpath(*, steps: int = 20000, buckets: int = 16, world: int = 4, window: int = 25) -> dict[str, float]:
+    """Per-step cost (µs) of the pacer's hooks while it only watches: what a healthy `auto` run pays
+    on every step when no trial runs (the controller's per-window cost is reported separately).
+
+    Calls exactly what the observer calls per step: ``on_step_start``, ``batch_share``,
+    ``before_bucket``/``after_bucket`` per bucket (only when a comm hook is installed) and
+    ``on_step_end``; ``on_window`` once per window with a healthy window's summaries."""
+    from fabricpace.pacing import make_pacer
+    from fabricpace.run.window import WindowSummary
+
+    def summaries(w: int) -> list[WindowSummary]:
+        return [
+            WindowSummary(
+                rank=r, window=w, first_step=w * window, steps=window, step_mean_ns=3e7, step_median_ns=3e7,
+                step_std_ns=1e6, compute_median_ns=2e7, compute_per_sample_ns=2e7 / 16, wait_mean_ns=5e6,
+                comm_mean_ns=5e6, transfer_mean_ns=2e6, last_arrivals=4.0, collectives=16.0, data_mean_ns=0.0,
+                gc_mean_ns=0.0, gc_count=0.0, paced_mean_ns=0.0, samples_mean=16.0, rss_bytes=1e9,
+            )
+            for r in range(world)
+        ]
+
+    out: dict[str, float] = {}
+    for label, with_buckets in (("step hooks", False), ("step + bucket hooks", True)):
+        p = make_pacer("auto", rank=1, world_size=world, run_dir=None, window=window)
+        win_s = 0.0
+        t0 = time.perf_counter_ns()
+        for step in range(steps):
+            p.on_step_start(step)
+            p.batch_share(64)
+            if with_buckets:
+                for b in range(buckets):
+                    p.before_bucket(b)
+                    p.after_bucket(b)
+            p.on_step_end(step)
+            if (step + 1) % window == 0:
+                w0 = time.perf_counter_ns()
+                p.on_window(step, summaries(step // window))
+                win_s += (time.perf_counter_ns() - w0) / 1e9
+        total = (time.perf_counter_ns() - t0) / 1e9
+        out[f"{label}: us per step"] = (total - win_s) / steps * 1e6
+        out[f"{label}: controller ms per window"] = win_s / (steps // window) * 1e3
+        out[f"{label}: trials"] = float(sum(d.action == "enable" for d in p.decisions))
+        p.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -587,9 +633,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--skip", type=int, default=20, help="steps excluded from the measurement (warm-up)")
     ap.add_argument("--json", default="", help="also write the results to this file")
+    ap.add_argument("--hotpath", action="store_true", help="only time the pacer's per-step hooks (µs)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
+        return
+    if args.hotpath:
+        for k, v in hotpath(window=args.window).items():
+            print(f"{k:45s} {v:10.2f}")
         return
     results = []
     for name in args.scenario or ["gc", "slow", "healthy"]:

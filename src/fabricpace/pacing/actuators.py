@@ -86,6 +86,10 @@ class CommGate:
             self._cv.notify_all()
 
     def before(self, bucket_index: int) -> None:
+        if self.window is None and not self.spacing_ns:
+            # Not gating (the usual case): no lock, no clock. ``apply`` runs between steps (from
+            # ``on_window``), when no bucket is in flight, so the counters need no tracking here.
+            return
         t0 = time.perf_counter_ns()
         with self._cv:
             if self.window is not None:
@@ -107,6 +111,8 @@ class CommGate:
             self._used_ns += now - t0 if (self.window is not None or self.spacing_ns) else 0
 
     def after(self, bucket_index: int) -> None:
+        if self.window is None and not self.spacing_ns:
+            return
         with self._cv:
             self._in_flight = max(0, self._in_flight - 1)
             self._cv.notify()
