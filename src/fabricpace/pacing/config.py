@@ -72,6 +72,8 @@ class PacingConfig:
     # block-bootstrap CI of the relative step-time change lies entirely below -guard_min_gain.
     guard_pairs: int = 2
     guard_max_pairs: int = 3
+    # ...unless the estimate still favours the candidate: then up to this many pairs before reverting.
+    guard_extend_pairs: int = 6
     guard_min_gain: float = 0.0
     guard_confidence: float = 0.90
     # Widening of the within-window standard error (steps inside a window are autocorrelated).
@@ -105,6 +107,8 @@ class PacingConfig:
             raise ConfigError("PacingConfig.comm_low must be below comm_high (hysteresis band)")
         if self.trigger_windows < 1:
             raise ConfigError("PacingConfig.trigger_windows: must be >= 1")
+        if self.guard_extend_pairs < self.guard_max_pairs:
+            raise ConfigError("PacingConfig.guard_extend_pairs: must be >= guard_max_pairs")
         if self.guard_pairs < 1 or self.guard_max_pairs < self.guard_pairs:
             raise ConfigError("PacingConfig.guard_pairs: need 1 <= guard_pairs <= guard_max_pairs")
         if not 0 < self.rebalance_step <= 1 or not 0 < self.rebalance_min_share <= 1:

@@ -8,7 +8,8 @@ blocks: steps inside one window are autocorrelated (a GC pause, a noisy neighbou
 less so, so pairs are resampled whole (a block bootstrap) and the percentile CI of the mean change
 decides: keep when the whole CI lies below ``-guard_min_gain`` (possible after one pair when the gain
 is clear); revert when, after ``guard_pairs`` pairs, the CI lies above zero (it clearly hurts) or when
-``guard_max_pairs`` pairs could not show a gain beyond noise. With few pairs a bootstrap cannot see
+``guard_max_pairs`` pairs could not show a gain beyond noise — unless the estimate still favours the
+policy, which then runs on for up to ``guard_extend_pairs`` pairs. With few pairs a bootstrap cannot see
 noise it did not sample, so the CI is widened to at least the normal CI implied by the windows'
 within-window spread (inflated by ``guard_se_inflation`` for autocorrelation between steps).
 
@@ -155,10 +156,16 @@ class Guard:
         decide = "continue"
         if n >= 1 and hi < -c.guard_min_gain:
             decide = "keep"
-        elif n >= c.guard_pairs and (lo > 0.0 or n >= c.guard_max_pairs):
+        elif n >= c.guard_pairs and lo > 0.0:
+            decide = "revert"  # it hurts
+        elif n >= c.guard_max_pairs and not (est < 0.0 and n < c.guard_extend_pairs):
+            # No gain beyond noise. A trial whose estimate still favours the policy runs on (up to
+            # `guard_extend_pairs`): on a noisy host a real gain needs more pairs, and the ON windows
+            # of a policy that looks helpful cost nothing on average; one that looks harmful stops.
             decide = "revert"
         # A trial whose windows keep going missing must still end.
-        if window - self.trial.start_window >= 2 * c.guard_max_pairs + 2 and decide == "continue":
+        limit = 2 * max(c.guard_max_pairs, c.guard_extend_pairs) + 2
+        if window - self.trial.start_window >= limit and decide == "continue":
             decide = "revert"
         return Verdict(decide=decide, estimate=est, ci_low=lo, ci_high=hi, pairs=n)
 
