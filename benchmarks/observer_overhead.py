@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,9 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
     p.add_argument("--pyhook", action="store_true",
                    help="a fourth arm: PyTorch's Python allreduce_hook without the observer")
+    p.add_argument("--save", default="", help="also save the per-cycle step times (JSON) to this file")
+    p.add_argument("--pool", nargs="+", default=[], metavar="FILE",
+                   help="analyze the cycles of runs saved with --save (same configuration) together")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
@@ -166,7 +170,7 @@ def _buckets(run_dir: Path) -> list[int]:
         return []
 
 
-def hot_path_cost_ns(buckets: int, *, steps: int = 300, reps: int = 7) -> dict[str, float]:
+def hot_path_cost_ns(buckets: int, *, steps: int = 200, reps: int = 15) -> dict[str, float]:
     """CPU time per step that the observer adds, ns, per mode: a real 1-rank gloo DDP step (tiny
     model, ``buckets`` buckets) with the observer in each mode vs without, as process CPU time of
     all threads (hooks, callbacks, step records, amortized finalization, window summaries and
@@ -213,7 +217,11 @@ def hot_path_cost_ns(buckets: int, *, steps: int = 300, reps: int = 7) -> dict[s
 
         for arm in models:
             block(arm)  # warm-up: bucket rebuild, learning, first chunk
-        best = {arm: min(block(arm) for _ in range(reps)) for arm in models}
+        times: dict[str, list[int]] = {arm: [] for arm in models}
+        for _ in range(reps):  # interleaved, so a burst of load on this shared machine hits every arm
+            for arm in models:
+                times[arm].append(block(arm))
+        best = {arm: min(v) for arm, v in times.items()}
         for arm, obs in observers.items():
             out[arm] = (best[arm] - best["without"]) / steps
             out[f"{arm}_mode"] = obs.ddp_mode  # type: ignore[assignment]
@@ -270,26 +278,34 @@ def main() -> None:
         return
     t_start = time.time()
     load_before = _loadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        port = _free_port()
-        argv = [a for a in sys.argv[1:] if a != "--json"]
-        procs = []
-        for rank in range(a.world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(a.world), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, __file__, *argv, "--worker", "--out", str(out)],
-                                          env=env))
-        codes = [p.wait() for p in procs]
-        if any(codes):
-            raise SystemExit(f"a worker failed: exit codes {codes}")
-        res = json.loads(out.read_text())
-    load_after = _loadavg()
-    blocks = res["blocks"]
-    cycles = sorted({b["cycle"] for b in blocks})
-    med = {(b["cycle"], b["arm"]): float(np.median(b["step_ns"])) for b in blocks}
-    arms = sorted({b["arm"] for b in blocks})
-    step = {arm: np.array([med[(c, arm)] for c in cycles]) for arm in arms}
+    if a.pool:
+        step, res, load_before, load_after = _pooled(a)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "result.json"
+            port = _free_port()
+            argv = [a for a in sys.argv[1:] if a != "--json"]
+            procs = []
+            for rank in range(a.world):
+                env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(a.world), MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+                procs.append(subprocess.Popen(
+                    [sys.executable, __file__, *argv, "--worker", "--out", str(out)], env=env))
+            codes = [p.wait() for p in procs]
+            if any(codes):
+                raise SystemExit(f"a worker failed: exit codes {codes}")
+            res = json.loads(out.read_text())
+        load_after = _loadavg()
+        blocks = res.pop("blocks")
+        cycles = sorted({b["cycle"] for b in blocks})
+        med = {(b["cycle"], b["arm"]): float(np.median(b["step_ns"])) for b in blocks}
+        step = {arm: np.array([med[(c, arm)] for c in cycles]) for arm in sorted({b["arm"] for b in blocks})}
+        if a.save:
+            Path(a.save).write_text(json.dumps({
+                "config": _config(a), "step_ns": {k: v.tolist() for k, v in step.items()},
+                "loadavg": [load_before, load_after], **res}))
+    arms = sorted(step)
+    cycles = list(range(len(step["without"])))
     wo = step["without"]
     rng = np.random.default_rng(0)
     buckets = max(int(res["buckets"]), 1)
@@ -355,6 +371,24 @@ def main() -> None:
           f"{chunk_steps:.0f} steps = {result['chunk_us_per_step']:.1f} us/step")
     if any(res["failures"].values()):
         print(f"  observer failures: {res['failures']}")
+
+
+def _config(a: argparse.Namespace) -> dict[str, object]:
+    return {k: getattr(a, k) for k in ("world", "hidden", "layers", "batch", "bucket_mb", "steps", "window")}
+
+
+def _pooled(a: argparse.Namespace) -> tuple[dict[str, np.ndarray], dict[str, Any], str, str]:
+    """Cycles of several saved runs of the same configuration, concatenated (``--pool``)."""
+    runs = [json.loads(Path(f).read_text()) for f in a.pool]
+    if any(r["config"] != _config(a) for r in runs):
+        raise SystemExit(f"--pool: saved runs differ from this configuration {_config(a)}: "
+                         f"{[r['config'] for r in runs]}")
+    arms = sorted(runs[0]["step_ns"])
+    step = {arm: np.concatenate([np.asarray(r["step_ns"][arm]) for r in runs]) for arm in arms}
+    meta = {"buckets": runs[0]["buckets"], "modes": runs[0]["modes"],
+            "failures": {k: v for r in runs for k, v in r["failures"].items() if v} or runs[0]["failures"]}
+    loads = "; ".join(f"{r['loadavg'][0]} / {r['loadavg'][1]}" for r in runs)
+    return step, meta, loads, f"({len(runs)} runs pooled)"
 
 
 def _loadavg() -> str:

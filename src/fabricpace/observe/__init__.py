@@ -7,7 +7,8 @@
                 ...
 
 Modules, one concept each: ``clocks`` (CPU clock, CUDA/fake event timelines), ``align`` (clock
-offsets), ``sidechannel`` (Store with timeouts), ``recorder`` (hot path), ``hooks`` (DDP comm hook),
+offsets), ``sidechannel`` (Store with timeouts), ``recorder`` (hot path), ``ddp_probe`` (hook-free DDP
+bucket arrivals, the default), ``hooks`` (DDP comm hook),
 ``collectives`` (plain-collective wrapper), ``chunks`` (crash-safe writer thread), ``windows``
 (window summaries and the arrival block), ``status`` (status line, Prometheus), ``locality``
 (host/NUMA/GPU/NIC probe), ``pacer`` (pacing hook calls), ``observer`` (the Observer). torch is
@@ -40,7 +41,8 @@ def observe(
 ) -> Observer:
     """Start observing this rank; use as a context manager (or call ``close()``).
 
-    model: a DDP-wrapped module (its buckets are recorded through a comm hook) or None.
+    model: a DDP-wrapped module (its buckets are recorded; by default without a comm hook, see
+        ObserverConfig.ddp_instrumentation) or None.
     run_dir: where to write; default $FABRICPACE_RUN_DIR or runs/<UTC time>. A non-empty directory
         is never overwritten: the run goes to the first free ``run_dir-N`` (logged).
     pacing: "off" (default), a mode for ``fabricpace.pacing.make_pacer``, or a pacer object.

@@ -18,11 +18,12 @@ untouched, so trivially bitwise identical — and records each bucket's *arrival
 
 Arrival (t_enter) = the moment the bucket's last gradient was accumulated, just before DDP's own
 hook for that parameter copies it into the bucket and launches the all-reduce (one gradient copy
-earlier than the comm-hook mode's stamp). Completion (t_exit) is per backward, not per bucket:
-the first bucket hook of a backward queues an engine callback, which queues a second one; the
-second runs after DDP's queued ``finalize_backward`` (which waits for every bucket's all-reduce and
-writes the averaged gradients), so t_exit = "all buckets of this backward reduced and written".
-What this mode cannot see: when each bucket's transfer finished.
+earlier than the comm-hook mode's stamp). Completion is seen per backward, not per bucket: the
+first bucket hook of a backward queues an engine callback, which queues a second one; the second
+runs after DDP's queued ``finalize_backward`` (which waits for every bucket's all-reduce and writes
+the averaged gradients) and stamps the end of the backward. The last bucket's row ends there; the
+other buckets' rows are arrival markers (t_exit = t_enter, see ``Recorder.buckets``). What this
+mode cannot see: when each bucket's transfer finished, i.e. communication hidden under compute.
 """
 
 from __future__ import annotations

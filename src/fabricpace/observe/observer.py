@@ -5,10 +5,11 @@ Lifecycle (every rank runs the same code at the same place):
 1. start — rank and world from the initialized process group (or torchrun's environment); one
    small gloo group with its own timeout for the window gathers; rank 0 publishes the run start and
    the run directory on the Store side channel; NTP-style clock alignment; locality probe; rank 0
-   writes manifest.json and ranks.parquet; the DDP comm hook and the gc callback are installed.
-2. per step — ``with obs.step(samples=n):`` stamps start and end; the comm hook stamps each bucket's
-   arrival and completion; ``obs.phase`` and ``obs.collective`` add optional detail. No collective
-   and no I/O happen here.
+   writes manifest.json and ranks.parquet; DDP instrumentation (hook-free ``ddp_probe`` or the comm
+   hook, see ``ObserverConfig.ddp_instrumentation``) and the gc callback are installed.
+2. per step — ``with obs.step(samples=n):`` stamps start and end; the probe (arrivals, end of
+   backward) or the comm hook (arrival and completion) stamps each bucket; ``obs.phase`` and
+   ``obs.collective`` add optional detail. No collective and no I/O happen here.
 3. every ``flush_every`` steps — finalized rows are handed to the chunk writer (a list swap).
 4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``), started
    asynchronously and collected ``gather_lag_steps`` (2) steps later at the same step on every rank;
@@ -19,7 +20,8 @@ Lifecycle (every rank runs the same code at the same place):
    marks the manifest complete.
 
 Any failure is logged once (``_guard``) and switches off the part that failed; a failure in the
-core switches the whole observer off. The DDP hook keeps reducing exactly as before.
+core switches the whole observer off. A DDP comm hook keeps reducing exactly as before; the
+hook-free probe's hooks are removed.
 """
 
 from __future__ import annotations

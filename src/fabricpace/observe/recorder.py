@@ -119,16 +119,22 @@ class Recorder:
     def exit(self, rec: list[Any]) -> None:
         rec[_EXIT] = self.mark()
 
-    def buckets(self, group: str, nbytes: list[int], enters: list[Any], exit_: Any) -> None:
-        """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order,
-        with one shared completion stamp. A bucket whose arrival this rank missed (None) still
-        consumes its sequence number, so (group, seq) names the same instance on every rank."""
+    def buckets(self, group: str, nbytes: list[int], enters: list[Any], end: Any) -> None:
+        """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order.
+
+        Only the end of the whole backward is known, not each bucket's completion. So that no
+        interval claims communication that was not seen, the last bucket's row spans its arrival to
+        ``end`` (the exposed communication) and every earlier bucket's row is an arrival marker
+        (t_exit = t_enter): transfer and comm then count exposed communication only. A bucket whose
+        arrival this rank missed (None) still consumes its sequence number, so (group, seq) names
+        the same instance on every rank."""
         seq = self._seqs.get(group, 0)
         self._seqs[group] = seq + len(enters)
         append = self._colls.append
+        last = len(enters) - 1
         for k, enter in enumerate(enters):
             if enter is not None:
-                append([seq + k, group, "all_reduce", nbytes[k], enter, exit_, False])
+                append([seq + k, group, "all_reduce", nbytes[k], enter, end if k == last else enter, False])
 
     # ---- steps (main thread) ----
     def begin(self, step: int) -> None:
