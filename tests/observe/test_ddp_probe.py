@@ -142,3 +142,33 @@ def test_a_module_that_is_not_ddp_is_reported_once(tmp_path):
     with observe(torch.nn.Linear(2, 2), tmp_path / "n", config=CFG) as obs, obs.step():
         pass
     assert "ddp probe" in obs.failures and obs.ddp_mode is None
+
+
+def test_a_failing_probe_never_breaks_backward(gloo_world1, tmp_path, caplog):
+    from fabricpace.observe import observe
+
+    model = _ddp()
+    plain = _ddp()
+    with observe(model, tmp_path / "f", config=CFG) as obs:
+        for i in range(6):
+            if i == 3:  # the clock read inside the bucket hooks starts raising (autograd thread)
+                def broken() -> int:
+                    raise RuntimeError("probe bug")
+
+                probe = obs._probe
+                probe.mark = broken
+                probe._handles[0].remove()  # re-register bucket 0's hook so that it binds the broken clock
+                param = probe.params[probe.kept[0]]
+                hook = probe._bucket_hook(0, probe._stamps)
+                probe._handles[0] = param.register_post_accumulate_grad_hook(hook)
+            x = torch.randn(4, 16)
+            with obs.step(samples=4):
+                model.zero_grad()
+                model(x).sum().backward()
+            plain.zero_grad()
+            plain(x).sum().backward()
+            assert all(torch.equal(p.grad, q.grad) for p, q in zip(plain.parameters(), model.parameters(),
+                                                                  strict=True))
+        assert obs._probe is None  # removed at the step end after the failure
+    assert "ddp probe" in obs.failures and "recording" not in obs.failures
+    assert sum("ddp probe disabled" in r.getMessage() for r in caplog.records) == 1

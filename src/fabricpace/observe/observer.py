@@ -439,6 +439,8 @@ class Observer:
         probe = self._probe
         try:
             probe.end_step(self.recorder)
+            if probe.failed:  # a hook or callback failed (already logged): its hooks are gone
+                self._probe = None
         except Exception as exc:  # bucket records stop; steps go on being recorded
             self.guard.fail("ddp probe", exc)
             self._remove_probe()
