@@ -31,6 +31,14 @@ def test_gc_churn_enables_lockstep_and_keeps_it_when_faster(summaries):
     assert state.gc_interval is not None and ctl.kept.gc_interval is not None
 
 
+def test_gc_churn_measured_within_one_window_is_tried_at_once(summaries):
+    # 2 collections per rank and step: the cost is a rate measured over ~100 collections per rank,
+    # not a one-off, so no second window is needed (a one-off needs two: test_one_off_...).
+    ctl = Controller(4)
+    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=100))
+    assert [d.policy for d in dec] == ["gc"] and state.gc_interval == ctl.config.gc_interval_churn
+
+
 def test_guard_reverts_a_policy_that_hurts(summaries):
     ctl = Controller(4, PacingConfig(guard_cooldown=3, trigger_windows=1))
     ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))

@@ -26,3 +26,23 @@ def test_paper_scenario_bends_and_gets_noisier(tmp_path):
     assert rows[16]["efficiency"] < 0.93
     assert rows[16]["cv"] > 2.5 * rows[4]["cv"]
     assert 900 < rows[4]["throughput"] < 1150  # near the paper's 1024 samples/s at 4 nodes (calibration)
+
+
+def test_pacing_costs_at_most_0_3_percent_at_4_nodes(tmp_path):
+    """Issue 6: at 4 nodes the paper scenario with pacing is no worse than -0.3% (same seed)."""
+    sc = load_scenario("paper")
+    plan = StudyPlan(
+        backend="sim",
+        nodes=(4,),
+        modes=("baseline", "paced"),
+        repeats=1,
+        steps=300,
+        warmup=50,
+        seed=1,
+        out_dir=tmp_path / "s",
+        cluster=sc.cluster,
+        workload=sc.workload,
+        noise=sc.noise,
+    )
+    rows = {r["mode"]: r for r in run_study(plan).rows}
+    assert rows["paced"]["throughput"] >= 0.997 * rows["baseline"]["throughput"]

@@ -360,11 +360,14 @@ class Controller:
             self._streak[key] = (w, n)
             return n >= c.trigger_windows
 
+        # With at least one collection per rank and step (object churn: dozens per window), the GC
+        # cost is a rate measured within the window; with a few collections it may be a one-off (a
+        # full collection after start-up), so the trigger must also fire in the next window.
         if (
             ready("gc")
             and k.gc_interval is None
             and fleet.gc_share >= c.gc_trigger_share
-            and persistent("gc")
+            and (persistent("gc") or fleet.gc_per_step >= 1.0)
         ):
             interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
             candidates.append(
