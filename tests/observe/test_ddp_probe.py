@@ -172,3 +172,37 @@ def test_a_failing_probe_never_breaks_backward(gloo_world1, tmp_path, caplog):
         assert obs._probe is None  # removed at the step end after the failure
     assert "ddp probe" in obs.failures and "recording" not in obs.failures
     assert sum("ddp probe disabled" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_side_channel_waits_do_not_block_the_jobs_store(gloo_world1):
+    """The observer's Store is its own TCPStore connection: a background wait (clock thread) does
+    not hold the lock of the job's client, which torch's TCPStore keeps for the whole wait."""
+    import threading
+    import time
+    from datetime import timedelta
+
+    from torch.distributed import distributed_c10d
+
+    from fabricpace.observe.sidechannel import default_store
+
+    shared = distributed_c10d._get_default_store()
+    private = default_store()
+    assert private is not shared
+
+    def main_thread_op_seconds(waiting_on) -> float:  # type: ignore[no-untyped-def]
+        def wait() -> None:
+            with pytest.raises(Exception):  # noqa: B017 (torch raises DistStoreError on timeout)
+                waiting_on.wait(["never-set"], timedelta(seconds=1.0))
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.1)
+        t0 = time.perf_counter()
+        shared.set("job-key", "1")
+        shared.get("job-key")
+        took = time.perf_counter() - t0
+        t.join()
+        return took
+
+    assert main_thread_op_seconds(private) < 0.5
+    assert main_thread_op_seconds(shared) > 0.5  # why: the shared client would have stalled it

@@ -55,7 +55,16 @@ class SideChannel:
 
 
 def default_store() -> Any:
-    """The Store of the initialized default process group (None when torch.distributed is not up)."""
+    """The observer's Store: its own client connection to the job's TCPStore when there is one,
+    else the default process group's Store (None when torch.distributed is not up).
+
+    Why a connection of its own: a TCPStore client serializes its operations, and a blocking
+    ``wait`` holds that lock for as long as it waits. Sharing the job's client would let the
+    background clock thread's waits (up to ``store_timeout_s``) stall any Store use of the training
+    thread — ``dist.new_group``, another library, a second observer (seen in the benchmark: two
+    observers' clock exchanges blocked each other for 20 s). Every rank takes the same path (same
+    torch, same store type), so the key space agrees across ranks.
+    """
     try:
         import torch.distributed as dist
 
@@ -63,6 +72,19 @@ def default_store() -> Any:
             return None
         from torch.distributed import distributed_c10d
 
-        return distributed_c10d._get_default_store()
+        shared = distributed_c10d._get_default_store()
     except Exception:  # a missing private API must not stop the job; the caller falls back
         return None
+    try:
+        base = shared
+        while isinstance(base, dist.PrefixStore):
+            base = base.underlying_store
+        if isinstance(base, dist.TCPStore):
+            # Store.timeout exists at run time but not in the type stubs.
+            timeout = base.timeout  # type: ignore[attr-defined]
+            client = dist.TCPStore(base.host, base.port, is_master=False, timeout=timeout,
+                                   wait_for_workers=False)
+            return dist.PrefixStore("fabricpace-observer", client)
+    except Exception:  # no second connection: share the job's client (correct, only less isolated)
+        pass
+    return shared
