@@ -219,3 +219,24 @@ def test_shipped_noise_presets_load():
     assert {"jitter", "gc-churn", "slow-node"} <= set(names)
     for name in names:
         assert load_noise(name).spec.name == name
+
+
+def test_pinned_state_applies_from_step_zero_without_a_controller(tmp_path, small_workload, gc_noise):
+    """SimOptions(pinned=...) is the oracle arm: the state holds from step 0, nothing decides."""
+    shares = (0.5 / 8,) + (1.5 / 8,) + (1.0 / 8,) * 6
+    out = simulate(
+        "single-switch",
+        small_workload,
+        gc_noise,
+        nodes=1,
+        steps=20,
+        seed=4,
+        out_dir=tmp_path / "pin",
+        options=SimOptions(window=10, pinned=PacingState(gc_interval=5, shares=shares)),
+    )
+    run = load_run(out)
+    s = run.steps
+    assert s.filter(pl.col("step") == 0).sort("rank")["samples"].to_list() == [8, 24, 16, 16, 16, 16, 16, 16]
+    # lockstep from the start: pauses only at multiples of 5 (step 0 has nothing young to collect)
+    assert sorted(s.filter(pl.col("gc_ns") > 0)["step"].unique().to_list()) == [5, 10, 15]
+    assert run.manifest.pacing["mode"] == "pinned"
