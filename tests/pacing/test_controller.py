@@ -39,6 +39,28 @@ def test_gc_churn_measured_within_one_window_is_tried_at_once(summaries):
     assert [d.policy for d in dec] == ["gc"] and state.gc_interval == ctl.config.gc_interval_churn
 
 
+def _gc_trial_after(summaries, history: list[float]) -> list:
+    """Untreated windows with the given step times (no GC), then GC churn at 100 ms, then a 6% faster
+    ON window: the decisions taken on that ON window."""
+    ctl = Controller(4, policies=("gc",))
+    for w, t in enumerate(history):
+        ctl.update(50 * (w + 1), summaries(w, step_ms=t, std_ms=1.0))
+    w = len(history)
+    _s, dec = ctl.update(50 * (w + 1), summaries(w, step_ms=100, std_ms=1.0, gc_ms=8, gc_count=100))
+    assert [d.action for d in dec] == ["enable"]
+    _s, dec = ctl.update(50 * (w + 2), summaries(w + 1, step_ms=94, std_ms=1.0, gc_ms=1, gc_count=50))
+    return dec
+
+
+def test_window_to_window_drift_before_a_trial_widens_the_guard(summaries):
+    # A quiet host: consecutive windows agree within 0.5%, so one pair at -6% is a clear gain.
+    quiet = _gc_trial_after(summaries, [100.0, 100.4, 99.8, 100.3, 100.1])
+    assert [d.action for d in quiet] == ["keep"]
+    # A busy host: windows swing by +-10% with no change at all; one pair at -6% proves nothing.
+    busy = _gc_trial_after(summaries, [100.0, 110.0, 99.0, 111.0, 98.0])
+    assert busy == []  # the trial goes on
+
+
 def test_guard_reverts_a_policy_that_hurts(summaries):
     ctl = Controller(4, PacingConfig(guard_cooldown=3, trigger_windows=1))
     ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))

@@ -79,6 +79,11 @@ class PacingConfig:
     # Widening of the within-window standard error (steps inside a window are autocorrelated).
     guard_se_inflation: float = 1.25
     guard_resamples: int = 2000
+    # Between-window noise: the spread of the relative change between consecutive untreated windows
+    # (the last `guard_drift_windows` of them) widens the CI once at least `guard_drift_min` changes
+    # were seen (earlier, only the within-window spread is known).
+    guard_drift_windows: int = 8
+    guard_drift_min: int = 3
     # After a revert, wait this many windows before trying the same policy again (doubles each time).
     guard_cooldown: int = 4
     # Kept policies are re-checked with one control window pair every this many windows (0 = never).

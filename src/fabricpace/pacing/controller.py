@@ -15,6 +15,7 @@ Every candidate goes through the guard's interleaved ON/OFF windows before it st
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -141,6 +142,9 @@ class Controller:
         self._inflated_now = False
         self._inflated_prev = False
         self._transfers: list[float] = []  # transfer per step of every ungated window so far
+        # (kept state, step time) of windows run without a trial: their window-to-window changes
+        # measure how much the host drifts between windows (the guard's between-window noise).
+        self._untreated: list[tuple[PacingState, float]] = []
         # True when the comm trigger fired in the last window and fires again next window (the trial
         # would start then): the observer installs its DDP comm hook one window ahead.
         self.comm_armed = False
@@ -161,6 +165,7 @@ class Controller:
             if self.guard.trial is not None:
                 self._judge(step, fleet, out)
             else:
+                self._untreated.append((self.state, fleet.step_time))
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._propose(step, fleet, out)
@@ -206,6 +211,20 @@ class Controller:
         return self.kept.comm_window is not None or self.kept.comm_spacing_ns > 0 or self.comm_armed
 
     # ------------------------------------------------------------------------------------ internals
+    def _drift_sd(self) -> float:
+        """Standard deviation of the relative change between consecutive untreated windows that ran
+        the same state (0 with fewer than ``guard_drift_min`` such changes).
+
+        A trial pair compares two different windows, so its noise is not only the spread of steps
+        inside each window (what the within-window CI sees) but also how much the host changes from
+        one window to the next — on a shared machine, other jobs starting and stopping. Consecutive
+        windows without a trial measure exactly that pair noise."""
+        h = self._untreated[-(self.config.guard_drift_windows + 1) :]
+        d = [b / a - 1.0 for (sa, a), (sb, b) in itertools.pairwise(h) if sa == sb and a > 0]
+        if len(d) < self.config.guard_drift_min:
+            return 0.0
+        return float(np.std(d, ddof=1))
+
     def _observe_transfer(self, fleet: Fleet) -> None:
         """Compare this window's transfer with its quiet level: the median of earlier ungated windows.
 
@@ -472,6 +491,7 @@ class Controller:
         )
         trial = self.guard.trial
         assert trial is not None
+        trial.drift_sd = self._drift_sd()
         # The window that proposed the candidate ran without it: it is the first control window.
         trial.arms[w] = "off"
         trial.record(w, fleet.step_time, fleet.step_stderr)

@@ -11,7 +11,10 @@ is clear); revert when, after ``guard_pairs`` pairs, the CI lies above zero (it 
 ``guard_max_pairs`` pairs could not show a gain beyond noise — unless the estimate still favours the
 policy, which then runs on for up to ``guard_extend_pairs`` pairs. With few pairs a bootstrap cannot see
 noise it did not sample, so the CI is widened to at least the normal CI implied by the windows'
-within-window spread (inflated by ``guard_se_inflation`` for autocorrelation between steps).
+within-window spread (inflated by ``guard_se_inflation`` for autocorrelation between steps), and at
+least to the CI implied by the drift between consecutive untreated windows measured before the trial
+(``Trial.drift_sd``, set by the controller): on a shared host the load changes from one window to the
+next, which no within-window spread shows.
 
 The bootstrap RNG is seeded from the config seed and the window index, so every rank — and the
 simulator's twin — reaches the same verdict from the same summaries.
@@ -74,6 +77,9 @@ class Trial:
     times: dict[int, float] = field(default_factory=dict)
     # standard error of each window's mean step time (within-window spread / sqrt(steps))
     errors: dict[int, float] = field(default_factory=dict)
+    # standard deviation of one pair's relative change measured between untreated windows before the
+    # trial (0 = not known): the CI is at least as wide as this pair noise allows
+    drift_sd: float = 0.0
 
     def arm_for(self, window: int) -> str:
         """ABBA plan: pair k covers windows start+2k and start+2k+1: (OFF, ON), (ON, OFF), (OFF, ON)...
@@ -152,6 +158,8 @@ class Guard:
             # widen it to at least the normal CI implied by the within-window spread.
             z = float(_Z.get(round(c.guard_confidence, 2), 1.645))
             half = c.guard_se_inflation * z * float(np.sqrt(self.trial.pair_variance().sum())) / n
+            # ...and to the CI implied by the window-to-window drift measured before the trial.
+            half = max(half, z * self.trial.drift_sd / float(np.sqrt(n)))
             lo, hi = min(lo, est - half), max(hi, est + half)
         decide = "continue"
         if n >= 1 and hi < -c.guard_min_gain:
