@@ -161,6 +161,17 @@ def test_comm_inflation_within_the_noise_of_transfer_starts_no_trial(summaries):
         assert dec == [] and state.comm_window is None
 
 
+def test_a_host_slowing_down_as_a_whole_is_not_network_contention(summaries):
+    """Other processes take the CPU: compute and transfer stretch together (2.5x). Not contention in
+    the network, so comm is not tried; transfer stretching alone is."""
+    ctl = Controller(4, policies=("comm",))
+    for w, t in enumerate((10.0, 10.5, 9.5)):
+        ctl.update(50 * (w + 1), summaries(w, transfer_ms=t, compute_ms=60.0, wait_ms=30))
+    for w in (3, 4, 5):
+        state, dec = ctl.update(50 * (w + 1), summaries(w, transfer_ms=25, compute_ms=150.0, wait_ms=30))
+        assert dec == [] and state.comm_window is None
+
+
 def test_identical_inputs_give_identical_decisions(summaries):
     a, b = Controller(4), Controller(4)
     for w in range(6):

@@ -138,6 +138,7 @@ class Controller:
         self._placement_done = False
         self._bundle_failed = False
         self._inflation = 0.0  # this window's transfer / its quiet level
+        self._transfer_now = math.nan  # this window's transfer per unit of compute
         # Transfer inflated beyond noise in this window / in the previous one (comm needs both).
         self._inflated_now = False
         self._inflated_prev = False
@@ -232,9 +233,15 @@ class Controller:
         ``comm_noise_k`` robust standard deviations (1.4826 MAD) of those windows. The median and the
         spread are estimated from ``comm_history_min`` windows at least: a running minimum (the
         quietest window ever seen) drifts down with every noisy window, so on a busy host almost any
-        later window looked inflated against it."""
+        later window looked inflated against it.
+
+        Transfer is measured relative to the fleet's median compute per step: when the host itself
+        slows down (other processes taking the CPU), compute and transfer stretch together and their
+        ratio stays; contention in the network stretches transfer alone."""
         c = self.config
-        t = fleet.transfer
+        comp = float(np.median(fleet.compute)) if fleet.compute.size else 0.0
+        t = fleet.transfer / comp if np.isfinite(comp) and comp > 0 else math.nan
+        self._transfer_now = t
         ok = bool(np.isfinite(t) and t > 0)
         self._inflated_now = False
         if len(self._transfers) >= c.comm_history_min:
@@ -325,7 +332,7 @@ class Controller:
         k = self.kept
         k = self.kept
         if k.comm_window is not None and math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
-            infl = fleet.transfer / self._quiet_transfer
+            infl = self._transfer_now / self._quiet_transfer
             new_w = k.comm_window
             if infl > c.comm_high:
                 new_w = max(1, k.comm_window // 2)
@@ -339,7 +346,8 @@ class Controller:
                     "comm",
                     "adjust",
                     new_w,
-                    f"transfer {infl:.2f}x its quiet level: in-flight window {k.comm_window} -> {new_w}",
+                    f"transfer (per unit of compute) {infl:.2f}x its quiet level: in-flight window "
+                    f"{k.comm_window} -> {new_w}",
                 )
 
     def _rebalance_target(self, fleet: Fleet, cur: np.ndarray) -> tuple[np.ndarray, float]:
@@ -443,14 +451,14 @@ class Controller:
             and self._quiet_transfer > 0
             and fleet.wait_share >= c.comm_trigger_share
         ):
-            infl = fleet.transfer / self._quiet_transfer
+            infl = self._transfer_now / self._quiet_transfer
             if self._inflated_now and self._inflated_prev:
                 candidates.append(
                     (
                         fleet.wait_share * (1 - 1 / infl),
                         "comm",
                         replace(k, comm_window=c.comm_window_init),
-                        f"transfer {infl:.2f}x its quiet level for two windows with "
+                        f"transfer (per unit of compute) {infl:.2f}x its quiet level for two windows with "
                         f"{fleet.wait_share * 100:.0f}% of step time exposed: limiting in-flight buckets "
                         f"to {c.comm_window_init}",
                         -1,
