@@ -634,6 +634,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip", type=int, default=20, help="steps excluded from the measurement (warm-up)")
     ap.add_argument("--json", default="", help="also write the results to this file")
     ap.add_argument("--hotpath", action="store_true", help="only time the pacer's per-step hooks (µs)")
+    ap.add_argument(
+        "--count-trials",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N healthy `auto` trainings (--driver) and count the trials the controller proposes",
+    )
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
@@ -641,6 +648,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.hotpath:
         for k, v in hotpath(window=args.window).items():
             print(f"{k:45s} {v:10.2f}")
+        return
+    if args.count_trials:
+        total = 0
+        for i in range(args.count_trials):
+            rec = run_training(pacing="auto", steps=args.steps, window=args.window, driver=args.driver)
+            trials = [d for d in rec["decisions"] if d["action"] == "enable"]
+            total += len(trials)
+            load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+            print(f"healthy run {i}: {len(trials)} trial(s)  (load {load})", flush=True)
+            for d in rec["decisions"]:
+                print(f"    {d['step']}: {d['policy']}/{d['action']}: {d['reason']}", flush=True)
+        print(f"trials proposed: {total} in {args.count_trials} healthy runs ({args.driver} driver)")
         return
     results = []
     for name in args.scenario or ["gc", "slow", "healthy"]:
