@@ -95,3 +95,21 @@ def test_wants_comm_hook_only_when_gating_is_near(tmp_path, summaries):
     pinned = make_pacer("off", rank=0, world_size=2, run_dir=None, window=50)
     pinned.pin(PacingState(comm_window=1), step_time_ns=1e8)
     assert pinned.wants_comm_hook()
+
+
+def test_a_lazily_installed_comm_hook_restarts_the_transfer_level(summaries):
+    """Without a comm hook the observer measures only exposed transfer; once the hook is installed
+    (the first before_bucket) the level steps up with no change in the network: no comm trial."""
+    p = make_pacer("comm", rank=0, world_size=4, run_dir=None, window=50)
+    for w, t in enumerate((10.0, 10.5, 9.5)):
+        p.on_window(50 * w + 49, summaries(w, transfer_ms=t, wait_ms=20.0))
+    p.on_window(199, summaries(3, transfer_ms=20.0, wait_ms=20.0))  # inflated once: armed
+    assert p.wants_comm_hook()
+    for b in range(4):  # the observer installed its hook: buckets now go through the pacer
+        p.before_bucket(b)
+        p.after_bucket(b)
+    p.on_step_end(200)
+    for w in range(4, 8):  # every later window measures all transfer: 25 ms, steady
+        p.on_window(50 * w + 49, summaries(w, transfer_ms=25.0, wait_ms=20.0))
+        assert p.state.comm_window is None
+    assert not [d for d in p.decisions if d.policy == "comm"]

@@ -201,6 +201,14 @@ class Controller:
             parts.append(f"trial {t.policy} {len(t.times)}/{2 * self.config.guard_pairs}")
         return "pacing: " + (", ".join(parts) if parts else "watching")
 
+    def reset_transfer_level(self) -> None:
+        """Forget the transfer history (the comm trigger's quiet level): the way transfer is measured
+        changed (the observer installed its comm hook), so earlier windows no longer compare."""
+        self._transfers.clear()
+        self._quiet_transfer = math.inf
+        self._inflated_now = self._inflated_prev = False
+        self.comm_armed = False
+
     def wants_comm(self) -> bool:
         """Whether bucket launches may be gated in the next window or the one after it: comm is kept,
         on trial, or its trigger fired once (a trial starts if it fires again)."""

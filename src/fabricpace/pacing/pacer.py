@@ -64,6 +64,8 @@ class Pacer:
         self._next_step = 0
         self._last_step_time_ns = 0.0
         self.controller_s = 0.0
+        self._hook_seen = False  # a comm hook has called before_bucket
+        self._hook_new = False  # ...for the first time since the last window
         self._writer: threading.Thread | None = None
         self._write_lock = threading.Lock()
         if self.rank == 0 and self.run_dir is not None:
@@ -79,6 +81,12 @@ class Pacer:
         return self.comm.end_step()
 
     def before_bucket(self, bucket_index: int) -> None:
+        if not self._hook_seen:
+            # The observer just installed its comm hook (lazily, see wants_comm_hook): from now on
+            # its windows measure all transfer, not only the exposed part, so the comm trigger's
+            # quiet level must be learnt again (a level that stepped up is not contention).
+            self._hook_seen = True
+            self._hook_new = True
         self.comm.before(bucket_index)
 
     def after_bucket(self, bucket_index: int) -> None:
@@ -89,6 +97,9 @@ class Pacer:
             return
         t0 = time.perf_counter()
         try:
+            if self._hook_new:
+                self._hook_new = False
+                self.controller.reset_transfer_level()
             state, decisions = self.controller.update(step, summaries)
         except Exception as exc:  # the controller must never take training down
             self._turn_off(step, f"controller error: {type(exc).__name__}: {exc}")
