@@ -62,6 +62,9 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
     p.add_argument("--pyhook", action="store_true",
                    help="a fourth arm: PyTorch's Python allreduce_hook without the observer")
+    p.add_argument("--steps-only", action="store_true",
+                   help="another arm: an observer without the model (step records and windows only, no DDP "
+                        "instrumentation), to split the default's cost between step bookkeeping and probe")
     p.add_argument("--save", default="", help="also save the per-cycle step times (JSON) to this file")
     p.add_argument("--pool", nargs="+", default=[], metavar="FILE",
                    help="analyze the cycles of runs saved with --save (same configuration) together")
@@ -128,6 +131,10 @@ def worker(a: argparse.Namespace) -> None:
         cfg = ObserverConfig(status_line=False, ddp_instrumentation=mode)
         observers[arm] = observe(model, run_dir=base / f"run-{arm}", window=a.window, config=cfg)
         arms[arm] = observed_step(model, observers[arm])
+    if a.steps_only:
+        cfg = ObserverConfig(status_line=False)
+        observers["steps"] = observe(None, run_dir=base / "run-steps", window=a.window, config=cfg)
+        arms["steps"] = observed_step(replica(), observers["steps"])
     if a.pyhook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -285,7 +292,7 @@ def _ratio_of_medians_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Genera
 
 
 LABELS = {"with": "observer, default (hook-free)", "hook": "observer, comm-hook mode",
-          "pyhook": "PyTorch allreduce_hook, no observer"}
+          "pyhook": "PyTorch allreduce_hook, no observer", "steps": "observer without the model: steps only"}
 
 
 def main() -> None:
@@ -334,7 +341,7 @@ def main() -> None:
         "loadavg_before": load_before, "loadavg_after": load_after,
     }
     vs: dict[str, dict[str, object]] = {}
-    comparisons = [(arm, "without") for arm in ("with", "hook", "pyhook") if arm in step]
+    comparisons = [(arm, "without") for arm in ("with", "hook", "steps", "pyhook") if arm in step]
     comparisons.append(("with", "hook"))
     for num, den in comparisons:
         ratio = step[num] / step[den] - 1.0
