@@ -62,7 +62,10 @@ def test_rebalance_through_the_observer_moves_samples_and_matches_off(bench):
         "global_batch": 48,
         "hidden": 64,
         "slow_rank": 1,
-        "slow_factor": 12,
+        # a per-sample delay (a slower device): it stays the clear straggler even when other jobs load
+        # this 2-core machine, where extra CPU work per sample (slow_factor) competes with the other
+        # ranks and its share of last arrivals falls with the load (the benchmark's slow-cpu case)
+        "slow_ms_per_sample": 0.5,
         "dump_params": True,
         "timeout": 150.0,
         "driver": "observer",
