@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/pacing_sim.py                         # every scenario, 4/8/16 nodes
     .venv/bin/python benchmarks/pacing_sim.py --only paper --seeds 10
     .venv/bin/python benchmarks/pacing_sim.py --random 8              # + 8 random noise compositions
+    .venv/bin/python benchmarks/pacing_sim.py unseen --points 60      # random clusters x workloads x
+                                                                      # nodes 2-32 x noise families
     .venv/bin/python benchmarks/pacing_sim.py decompose --seeds 5     # what each noise source costs,
                                                                       # and each actuator pinned on
     .venv/bin/python benchmarks/pacing_sim.py calibrate --seeds 3     # baseline-only re-calibration
@@ -157,6 +159,7 @@ def run(
     steps: int = 300,
     warmup: int = 50,
     window: int = 50,
+    wl: Any = None,
 ) -> Run:
     """One simulated run: mode "baseline", "paced" (auto controller + guard) or a pinned state."""
     cl = cl if cl is not None else cluster()
@@ -169,7 +172,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
         out = simulate(
             cl,
-            WORKLOAD,
+            wl if wl is not None else WORKLOAD,
             Noise(spec=noise, source=f"({noise.name})"),
             nodes=nodes,
             steps=steps,
@@ -193,16 +196,26 @@ class Paired:
     ci_hi: float
     cv_base: float
     cv_other: float
+    # paired change of the CV (other - base) and its Student-t 95% CI over seeds
+    cv_delta: float = 0.0
+    cv_lo: float = 0.0
+    cv_hi: float = 0.0
 
     @property
     def verdict(self) -> str:
         return "better" if self.ci_lo > 0 else "WORSE" if self.ci_hi < 0 else "no change"
 
+    @property
+    def cv_verdict(self) -> str:
+        """Lower CV is better: "CV WORSE" when the whole CI of the paired CV change lies above 0."""
+        return "CV lower" if self.cv_hi < 0 else "CV WORSE" if self.cv_lo > 0 else "CV same"
+
     def line(self) -> str:
         return (
             f"{self.base:8.1f} -> {self.other:8.1f}  Δ {self.delta_pct:+6.2f}% "
             f"(95% CI {self.ci_lo:+.2f}..{self.ci_hi:+.2f}, n={self.n})  "
-            f"CV {self.cv_base:.3f} -> {self.cv_other:.3f}  {self.verdict}"
+            f"CV {self.cv_base:.3f} -> {self.cv_other:.3f} (Δ {self.cv_delta:+.3f}, "
+            f"CI {self.cv_lo:+.3f}..{self.cv_hi:+.3f})  {self.verdict}, {self.cv_verdict}"
         )
 
 
@@ -211,13 +224,22 @@ def paired(base: Sequence[Run], other: Sequence[Run]) -> Paired:
     b = np.array([r.throughput for r in base])
     o = np.array([r.throughput for r in other])
     d = (o / b - 1.0) * 100.0
-    m = float(d.mean())
-    half = t975(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size) if d.size > 1 else math.nan
+    m, half = _mean_ci(d)
+    dcv = np.array([y.cv - x.cv for x, y in zip(base, other, strict=True)])
+    mc, hc = _mean_ci(dcv)
     return Paired(
         n=int(d.size), base=float(b.mean()), other=float(o.mean()), delta_pct=m, ci_lo=m - half,
         ci_hi=m + half, cv_base=float(np.mean([r.cv for r in base])),
-        cv_other=float(np.mean([r.cv for r in other])),
+        cv_other=float(np.mean([r.cv for r in other])), cv_delta=mc, cv_lo=mc - hc, cv_hi=mc + hc,
     )
+
+
+def _mean_ci(d: np.ndarray) -> tuple[float, float]:
+    """Mean and Student-t 95% half-width (0 when every paired difference is the same)."""
+    m = float(d.mean())
+    if d.size < 2:
+        return m, math.nan
+    return m, t975(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
 
 
 def without(spec: NoiseSpec, *parts: str) -> NoiseSpec:
@@ -281,6 +303,178 @@ def compare(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
                     print(f"      seed {s}: {r.throughput:.1f}  {'; '.join(r.decisions)}", flush=True)
     print(f"scenario x nodes points worse beyond noise: {worse} of {len(results)}", flush=True)
     return results
+
+
+# ------------------------------------------------------------------------ unseen scenarios (issue 6)
+UNSEEN_CLUSTERS = ("dgx-h100-ib", "p5-efa", "roce-leaf-spine-2to1", "single-switch", "paper")
+UNSEEN_WORKLOADS = ("paper", "bert-large", "gpt-1.3b", "gpt-7b", "resnet-50", "gpt-1.3b-fsdp")
+UNSEEN_NODES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+FAMILIES = ("gc", "slow-rank", "slow-node", "pauses", "tenants", "slow-link", "flapping-link")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One unseen scenario: cluster, workload, node count and a noise composition."""
+
+    name: str
+    cluster: str
+    workload: str
+    nodes: int
+    families: tuple[str, ...]
+    noise: NoiseSpec
+
+
+def load_unseen_cluster(name: str) -> Any:
+    return load_cluster(PAPER / "cluster.yaml" if name == "paper" else name)
+
+
+def load_unseen_workload(name: str) -> Any:
+    from fabricpace.sim.workload import Workload, load_workload
+
+    if name == "paper":
+        return load_workload(PAPER / "workload.yaml")
+    if name.endswith("-fsdp"):  # the same model sharded with FSDP instead of replicated with DDP
+        wl = load_workload(name.removesuffix("-fsdp"))
+        par = wl.spec.parallelism.model_copy(update={"kind": "fsdp"})
+        return Workload(spec=wl.spec.model_copy(update={"parallelism": par, "name": name}), source=name)
+    return load_workload(name)
+
+
+def unseen_point(k: int) -> Point:
+    """Scenario ``k`` of the unseen-scenario check: everything drawn from a generator seeded by ``k``.
+
+    Host noise (jitter always; GC, slow rank/node, host pauses) and fabric noise (tenant bursts, a slow
+    or flapping link) on links the job really uses; slow ranks/nodes sometimes appear or recover
+    mid-run. Each family is present with probability ~0.35 (at least one)."""
+    from fabricpace.sim.transfers import link_names
+
+    rng = np.random.default_rng([0xFAB1C, k])
+    cname = str(rng.choice(UNSEEN_CLUSTERS))
+    wname = str(rng.choice(UNSEEN_WORKLOADS))
+    cl = load_unseen_cluster(cname)
+    nodes = int(rng.choice([n for n in UNSEEN_NODES if n <= cl.nodes]))
+    world = nodes * cl.gpus_per_node
+    fams = [f for f in FAMILIES if rng.random() < 0.35] or [str(rng.choice(FAMILIES))]
+    d: dict[str, Any] = {
+        "name": f"unseen-{k}",
+        "jitter": {"cv": float(rng.uniform(0.0, 0.06)),
+                   "distribution": "lognormal" if rng.random() < 0.3 else "normal"},
+    }
+    names = link_names(cl, nodes) or []
+    inter = [n for n in names if "nvlink" not in n]
+    spine = [n for n in inter if "spine" in n] or inter
+
+    def with_reverse(link: str) -> list[str]:
+        a, _, b = link.partition("->")
+        rev = f"{b}->{a}"
+        return [link, rev] if rev in names else [link]
+
+    def step_range() -> dict[str, int]:
+        r = rng.random()
+        if r < 0.2:
+            return {"from_step": int(rng.integers(60, 200))}
+        if r < 0.35:
+            return {"to_step": int(rng.integers(80, 220))}
+        return {}
+
+    if "gc" in fams:
+        d["gc"] = {
+            "garbage_mb_per_step": float(rng.uniform(1, 30)),
+            "garbage_cv": float(rng.uniform(0.0, 0.5)),
+            "threshold_mb": float(rng.uniform(100, 2000)),
+            "pause_ms_base": float(rng.uniform(0, 80)),
+            "pause_ms_per_mb": float(rng.uniform(0.0, 0.15)),
+            "young_pause_ms_base": float(rng.choice([0.0, rng.uniform(0.0, 3.0)])),
+            "promoted_fraction": float(rng.uniform(0.3, 1.0)),
+        }
+    slow = []
+    if "slow-rank" in fams:
+        slow.append({"rank": int(rng.integers(0, world)), "factor": float(rng.uniform(1.02, 1.5)),
+                     **step_range()})
+    if "slow-node" in fams:
+        slow.append({"node": int(rng.integers(0, nodes)), "factor": float(rng.uniform(1.02, 1.3)),
+                     **step_range()})
+    if slow:
+        d["slow"] = slow
+    if "pauses" in fams:
+        d["pauses"] = {"rate_hz": float(rng.uniform(0.1, 4)), "duration_ms": float(rng.uniform(1, 20)),
+                       "duration_cv": float(rng.uniform(0.2, 1.5))}
+    if "tenants" in fams and spine:
+        n = int(rng.integers(1, min(8, len(spine)) + 1))
+        d["foreign"] = [
+            {"links": with_reverse(str(spine[i])), "scale": float(rng.uniform(0.3, 0.9)),
+             "duty": float(rng.uniform(0.05, 0.6)), "burst_steps": float(rng.uniform(3, 40))}
+            for i in rng.choice(len(spine), size=n, replace=False)
+        ]
+    links = []
+    if "slow-link" in fams and inter:
+        links.append({"link": str(rng.choice(inter)), "scale": float(rng.uniform(0.3, 0.9))})
+    if "flapping-link" in fams and inter:
+        period = int(rng.integers(20, 120))
+        links.append({"link": str(rng.choice(inter)), "scale": float(rng.uniform(0.2, 0.7)),
+                      "flap_period_steps": period, "flap_down_steps": int(rng.integers(5, period // 2 + 6))
+                      if period > 12 else 5})
+    if links:
+        d["links"] = links
+    return Point(name=f"unseen-{k}", cluster=cname, workload=wname, nodes=nodes, families=tuple(fams),
+                 noise=NoiseSpec.model_validate(d))
+
+
+def unseen(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
+    """Baseline vs paced on ``--points`` random unseen scenarios, paired seeds, verdicts on both
+    throughput and CV."""
+    from rich.progress import Progress
+
+    seeds = range(args.seed, args.seed + args.seeds)
+    out: dict[str, Any] = {}
+    worse = worse_cv = 0
+    rows: list[str] = []
+    first = args.first
+    with Progress(transient=True, console=_stderr_console()) as bar:
+        task = bar.add_task("unseen scenarios", total=args.points)
+        for k in range(first, first + args.points):
+            pt = unseen_point(k)
+            cl, wl = load_unseen_cluster(pt.cluster), load_unseen_workload(pt.workload)
+            kw = {"nodes": pt.nodes, "cl": cl, "wl": wl, "steps": args.steps}
+            base = [run(pt.noise, seed=s, **kw) for s in seeds]
+            paced = [run(pt.noise, seed=s, mode="paced", config=config, **kw) for s in seeds]
+            p = paired(base, paced)
+            worse += p.verdict == "WORSE"
+            worse_cv += p.cv_verdict == "CV WORSE"
+            kept = sum(any("keep" in d for d in r.decisions) for r in paced)
+            trials = sum(sum("enable" in d for d in r.decisions) for r in paced)
+            fam = "+".join(pt.families)
+            out[pt.name] = {"cluster": pt.cluster, "workload": pt.workload, "nodes": pt.nodes,
+                            "families": fam, **asdict(p), "verdict": p.verdict, "cv_verdict": p.cv_verdict,
+                            "trials": trials, "runs_with_keep": kept}
+            print(f"{pt.name:10s} {pt.cluster:20s} {pt.workload:13s} {pt.nodes:3d}n {fam:30s} {p.line()}  "
+                  f"trials {trials}, kept {kept}/{p.n}", flush=True)
+            rows.append(
+                f"| {pt.name} | {pt.cluster} | {pt.workload} | {pt.nodes} | {fam} | {p.base:.1f} | "
+                f"{p.delta_pct:+.2f}% ({p.ci_lo:+.2f}..{p.ci_hi:+.2f}) | {p.cv_base:.3f} → {p.cv_other:.3f} "
+                f"({p.cv_delta:+.3f}, {p.cv_lo:+.3f}..{p.cv_hi:+.3f}) | {p.verdict}, {p.cv_verdict} | "
+                f"{trials} | {kept}/{p.n} |"
+            )
+            if args.verbose:
+                for s, r in zip(seeds, paced, strict=True):
+                    print(f"      seed {s}: {r.throughput:.1f} cv {r.cv:.3f}  {'; '.join(r.decisions)}",
+                          flush=True)
+            bar.advance(task)
+    summary = (f"unseen points worse beyond noise: throughput {worse} of {len(out)}, "
+               f"CV {worse_cv} of {len(out)} (n={args.seeds} paired seeds, {args.steps} steps)")
+    print(summary, flush=True)
+    if args.markdown:
+        head = ("| point | cluster | workload | nodes | noise | baseline | Δ throughput (95% CI) | "
+                "CV base → paced (Δ, 95% CI) | verdict | trials | runs kept |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n")
+        Path(args.markdown).write_text(f"{summary}\n\n" + head + "\n".join(rows) + "\n")
+    return out
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def decompose(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
@@ -371,9 +565,13 @@ def calibrate(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", nargs="?", default="compare", choices=["compare", "decompose", "calibrate"])
+    ap.add_argument("command", nargs="?", default="compare",
+                    choices=["compare", "unseen", "decompose", "calibrate"])
     ap.add_argument("--only", action="append", help="scenario(s): paper, ecmp-only, random-K or a NOISE name")
     ap.add_argument("--random", type=int, default=0, help="add this many random noise compositions")
+    ap.add_argument("--points", type=int, default=40, help="unseen: number of random scenarios")
+    ap.add_argument("--first", type=int, default=0, help="unseen: index of the first scenario")
+    ap.add_argument("--markdown", default="", help="unseen: also write the table here (Markdown)")
     ap.add_argument("--seeds", type=int, default=5, help="paired seeds per point")
     ap.add_argument("--seed", type=int, default=1, help="first seed (the study's default is 1)")
     ap.add_argument("--steps", type=int, default=300)
@@ -390,7 +588,8 @@ def main(argv: list[str] | None = None) -> None:
     WORKLOAD = args.workload or WORKLOAD
     overrides = {k: float(v) if "." in v else int(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = PacingConfig().with_overrides(**overrides)
-    res = {"compare": compare, "decompose": decompose, "calibrate": calibrate}[args.command](args, config)
+    commands = {"compare": compare, "unseen": unseen, "decompose": decompose, "calibrate": calibrate}
+    res = commands[args.command](args, config)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     sys.stdout.flush()
