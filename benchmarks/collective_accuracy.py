@@ -16,6 +16,9 @@ nothing is fitted to the predicted rows. Also printed, for transparency: the p5 
 2- and 4-node rows at once, p5 all-reduce with NCCL's own algorithm choice instead of AWS's tuner plugin
 (which the measured run used), and the closest preset without any calibration.
 
+Also printed: the measured slope and intercept of the NVLS-tree rows per node count beside the fit (why
+NVLS-tree at 16/32 nodes misses, docs/cluster-files.md).
+
 Run: ``.venv/bin/python benchmarks/collective_accuracy.py`` (a few seconds).
 """
 
@@ -149,6 +152,36 @@ def _table(scores: list[Scored]) -> None:
             )
 
 
+def nvls_tree_slopes(ds: Dataset, fit_cluster: Cluster) -> list[str]:
+    """Measured incremental bandwidth of the NVLS-tree rows (consecutive sizes the plan keeps, same node
+    count), beside what the calibrated model uses: ``nvls_tree_efficiency`` x line rate per node traffic,
+    and the ring's ``net_efficiency`` in its place. Only measured rows and the fit are used (a diagnostic)."""
+    pts = select(ds.points, ds.points.op == "all_reduce")
+    plans = [
+        collective_time(fit_cluster, "all_reduce", s, nodes=int(n))
+        for s, n in zip(pts.nbytes, pts.nodes, strict=True)
+    ]
+    tu = fit_cluster.tuning
+    line = fit_cluster.node_net_bytes_per_s / 1e9
+    out = []
+    for n in np.unique(pts.nodes):
+        rows = [i for i in np.flatnonzero(pts.nodes == n) if plans[i].algorithm == "nvls_tree"]
+        if len(rows) < 2:
+            continue
+        i, j = rows[0], rows[-1]
+        slope = (pts.nbytes[j] - pts.nbytes[i]) / (pts.time_s[j] - pts.time_s[i]) / 1e9
+        intercept = (pts.time_s[i] - pts.nbytes[i] / (slope * 1e9)) * 1e6
+        per_node = 1.0 if n <= 2 else 0.5  # network bytes per node: S on 2 nodes, 2S from 4 (bwInter/2)
+        out.append(
+            f"  {ds.name} {int(n):>2} nodes, {int(pts.nbytes[i]) >> 20}M..{int(pts.nbytes[j]) >> 20}M: "
+            "measured "
+            f"{slope:6.1f} GB/s per extra byte (intercept {intercept:7.1f} us); line rate x per-node share x "
+            f"nvls_tree_efficiency {line * per_node * tu.nvls_tree_efficiency:6.1f}, x net_efficiency "
+            f"{line * per_node * tu.net_efficiency:6.1f}; model latency {plans[i].latency_s * 1e6:6.1f} us"
+        )
+    return out
+
+
 def main() -> None:
     sets = datasets()
     scores: list[Scored] = []
@@ -194,6 +227,12 @@ def main() -> None:
             _, test = split(ds.points, op)
             raw, _ = predict(load_cluster(ds.preset), test)
             print(f"  {ds.name} {op}, preset without calibration: {stats((raw / test.time_s - 1) * 100)}")
+
+    print("\nNVLS-tree rows: measured slope, smallest to largest size per node count (all-reduce fits):")
+    for ds in sets:
+        cal, _ = split(ds.points, "all_reduce")
+        for line in nvls_tree_slopes(ds, calibrate_points(load_cluster(ds.preset), cal, ["x"]).cluster):
+            print(line)
 
     h100 = sets[0]
     fit = calibrate_points(load_cluster(h100.preset), split(h100.points, "all_reduce")[0], ["h100"])
