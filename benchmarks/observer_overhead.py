@@ -12,7 +12,12 @@ One job, DDP replicas of the same model on the same data, one per arm:
 * ``hook``: the observer in comm-hook mode (``ddp_instrumentation="hook"``: a Python comm hook per
   bucket, per-bucket completion times);
 * ``pyhook`` (only with ``--pyhook``): PyTorch's own Python ``allreduce_hook``, no observer — the
-  price of any Python comm hook on its own.
+  price of any Python comm hook on its own;
+* ``auto`` (on by default, ``--no-auto-arm`` to drop it): the observer's default mode with
+  ``pacing="auto"`` — what issue 6's "on a healthy run, ``auto`` costs ≤ 0.5%" is about. Its pacing
+  decisions are printed: trials on a healthy run are part of its cost. A gc trial switches automatic
+  garbage collection off *process-wide*, which touches every arm: the cycles it was off are counted
+  and printed, never hidden.
 
 Each cycle runs one block of ``--steps`` steps per arm, in an order that rotates through every
 permutation of the arms, so drift on this shared machine hits every arm alike. Per cycle the
@@ -30,6 +35,7 @@ Step time is rank 0's wall time per step (the all-reduce makes every rank's step
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -65,6 +71,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps-only", action="store_true",
                    help="another arm: an observer without the model (step records and windows only, no DDP "
                         "instrumentation), to split the default's cost between step bookkeeping and probe")
+    p.add_argument("--auto-arm", action=argparse.BooleanOptionalAction, default=True,
+                   help="an arm with the observer's default mode and pacing='auto' (default on)")
     p.add_argument("--save", default="", help="also save the per-cycle step times (JSON) to this file")
     p.add_argument("--pool", nargs="+", default=[], metavar="FILE",
                    help="analyze the cycles of runs saved with --save (same configuration) together")
@@ -131,6 +139,13 @@ def worker(a: argparse.Namespace) -> None:
         cfg = ObserverConfig(status_line=False, ddp_instrumentation=mode)
         observers[arm] = observe(model, run_dir=base / f"run-{arm}", window=a.window, config=cfg)
         arms[arm] = observed_step(model, observers[arm])
+    pacers = {}
+    if a.auto_arm:
+        model = replica()
+        observers["auto"] = observe(model, run_dir=base / "run-auto", window=a.window, pacing="auto",
+                                    config=ObserverConfig(status_line=False))
+        pacers["auto"] = observers["auto"].pacer.pacer  # kept: close() drops it from the observer
+        arms["auto"] = observed_step(model, observers["auto"])
     if a.steps_only:
         cfg = ObserverConfig(status_line=False)
         observers["steps"] = observe(None, run_dir=base / "run-steps", window=a.window, config=cfg)
@@ -148,7 +163,11 @@ def worker(a: argparse.Namespace) -> None:
     # design over cycles), so slow drift on this shared machine hits every arm alike.
     orders = list(itertools.permutations(sorted(arms)))
     blocks: list[dict[str, object]] = []
+    gc_off_cycles: list[int] = []  # cycles run with automatic gc off (a gc trial of the auto arm)
+    cpu0 = _thread_cpu(observers)
     for cycle in range(a.pairs):
+        if not gc.isenabled():
+            gc_off_cycles.append(cycle)
         for arm in orders[cycle % len(orders)]:
             fn = arms[arm]
             times = []
@@ -157,15 +176,61 @@ def worker(a: argparse.Namespace) -> None:
                 fn()
                 times.append(time.perf_counter_ns() - t0)
             blocks.append({"arm": arm, "cycle": cycle, "step_ns": times})
+    cpu1 = _thread_cpu(observers)
+    steps_run = a.pairs * a.steps
+    threads = {name: {"cpu_us_per_step": (cpu1[name][0] - cpu0[name][0]) / 1e3 / steps_run,
+                      "wakeups_per_step": (cpu1[name][1] - cpu0[name][1]) / steps_run}
+               for name in cpu1 if name in cpu0}
+    pacing = _pacing_summary(pacers.get("auto"), observers.get("auto"), gc_off_cycles)
     for obs in observers.values():
         obs.close()
     if rank == 0:
         Path(a.out).write_text(json.dumps({
             "blocks": blocks, "failures": {k: o.failures for k, o in observers.items()},
             "modes": {k: o.ddp_mode for k, o in observers.items()},
-            "buckets": len(_buckets(base / "run-hook")),
+            "buckets": len(_buckets(base / "run-hook")), "threads": threads, "pacing": pacing,
         }))
     dist.destroy_process_group()
+
+
+def _thread_cpu(observers: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(CPU ns, context switches) so far of each observer background thread, from /proc (Linux)."""
+    import threading
+
+    out: dict[str, tuple[int, int]] = {}
+    for t in threading.enumerate():
+        if not t.name.startswith("fabricpace") or t.native_id is None:
+            continue
+        try:
+            task = Path(f"/proc/self/task/{t.native_id}")
+            ns = int((task / "schedstat").read_text().split()[0])
+            status = (task / "status").read_text()
+            switches = sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+        except (OSError, ValueError, IndexError):
+            continue
+        key = f"{t.name}#{t.native_id}"
+        out[key] = (ns, switches)
+    return out
+
+
+def _pacing_summary(pacer: Any, obs: Any, gc_off_cycles: list[int]) -> dict[str, Any] | None:
+    """What the auto arm's pacer did: its decisions, gc collections it ran, and the cycles that ran
+    with automatic gc off (process-wide: every arm ran those cycles without automatic gc)."""
+    if pacer is None:
+        return None
+    decisions = [{"step": d.step, "rank": d.rank, "policy": d.policy, "action": d.action, "value": d.value,
+                  "reason": d.reason} for d in getattr(pacer, "decisions", [])]
+    gc_act = getattr(pacer, "gc", None)
+    return {
+        "decisions": decisions,
+        "gc_trials": sum(1 for d in decisions if d["policy"] == "gc" and d["action"] in ("enable", "adjust")),
+        "gc_collections": getattr(gc_act, "collections", 0),
+        "gc_full_collections": getattr(gc_act, "full_collections", 0),
+        "gc_off_cycles": len(gc_off_cycles),
+        "gc_off_first_last": [gc_off_cycles[0], gc_off_cycles[-1]] if gc_off_cycles else [],
+        "comm_hook_after_step": getattr(obs, "comm_hook_step", None),
+        "status": pacer.status() if hasattr(pacer, "status") else "",
+    }
 
 
 def _buckets(run_dir: Path) -> list[int]:
@@ -206,10 +271,10 @@ def hot_path_cost_ns(buckets: int, *, steps: int = 200, reps: int = 15) -> dict[
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         models = {"without": replica()}
         observers = {}
-        for arm, mode in (("with", "auto"), ("hook", "hook")):
+        for arm, mode in (("with", "auto"), ("hook", "hook"), ("auto", "auto")):
             models[arm] = replica()
-            observers[arm] = observe(models[arm], Path(tmp) / arm, config=ObserverConfig(
-                status_line=False, ddp_instrumentation=mode))
+            observers[arm] = observe(models[arm], Path(tmp) / arm, pacing="auto" if arm == "auto" else "off",
+                                     config=ObserverConfig(status_line=False, ddp_instrumentation=mode))
 
         def block(arm: str) -> int:
             model, obs = models[arm], observers.get(arm)
@@ -292,6 +357,7 @@ def _ratio_of_medians_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Genera
 
 
 LABELS = {"with": "observer, default (hook-free)", "hook": "observer, comm-hook mode",
+          "auto": "observer, default mode, pacing='auto'",
           "pyhook": "PyTorch allreduce_hook, no observer", "steps": "observer without the model: steps only"}
 
 
@@ -341,8 +407,10 @@ def main() -> None:
         "loadavg_before": load_before, "loadavg_after": load_after,
     }
     vs: dict[str, dict[str, object]] = {}
-    comparisons = [(arm, "without") for arm in ("with", "hook", "steps", "pyhook") if arm in step]
+    comparisons = [(arm, "without") for arm in ("with", "auto", "hook", "steps", "pyhook") if arm in step]
     comparisons.append(("with", "hook"))
+    if "auto" in step:
+        comparisons.append(("auto", "with"))
     for num, den in comparisons:
         ratio = step[num] / step[den] - 1.0
         diff_us = (step[num] - step[den]) / 1e3
@@ -359,13 +427,19 @@ def main() -> None:
         }
     result["comparisons"] = vs
     hot = hot_path_cost_ns(buckets)
-    chunk_ns = chunk_cost_ns(50, buckets)
+    from fabricpace.observe import ObserverConfig
+
+    defaults = ObserverConfig()
     step_ns = float(np.median(wo))
-    chunk_steps = max(50.0, 5e9 / step_ns)  # one chunk per max(50 steps, 5 s) (ObserverConfig defaults)
+    # One chunk per max(flush_every steps, flush_interval_s) (ObserverConfig defaults).
+    chunk_steps = max(float(defaults.flush_every), defaults.flush_interval_s * 1e9 / step_ns)
+    chunk_ns = chunk_cost_ns(int(chunk_steps), buckets)
+    hot_arms = ("with", "hook", "auto")
     result.update({
-        "cpu_us_per_step": {"with": hot["with"] / 1e3, "hook": hot["hook"] / 1e3},
-        "cpu_us_per_step_modes": {"with": hot["with_mode"], "hook": hot["hook_mode"]},
-        "cpu_pct_of_step": {"with": hot["with"] / step_ns * 100, "hook": hot["hook"] / step_ns * 100},
+        "cpu_us_per_step": {arm: hot[arm] / 1e3 for arm in hot_arms},
+        "cpu_us_per_step_modes": {arm: hot[f"{arm}_mode"] for arm in hot_arms},
+        "cpu_pct_of_step": {arm: hot[arm] / step_ns * 100 for arm in hot_arms},
+        "threads_4rank_rank0": res.get("threads", {}), "pacing_auto": res.get("pacing"),
         "cpu_probe_step_us": hot["step_ns"] / 1e3,
         "chunk_write_ms_cpu": chunk_ns / 1e6, "steps_per_chunk": chunk_steps,
         "chunk_us_per_step": chunk_ns / chunk_steps / 1e3,
@@ -391,14 +465,38 @@ def main() -> None:
               f"{v['ratio_of_medians_pct']:+.2f}% [{rlo:+.2f}, {rhi:+.2f}]  | 20%-trimmed mean "
               f"{v['trimmed_mean_pct']:+.2f}% [{tlo:+.2f}, {thi:+.2f}]  | {v['per_step_us']:+.0f} us "
               f"[{dlo:+.0f}, {dhi:+.0f}]")
-    for arm in ("with", "hook"):
+    for arm in hot_arms:
         us, pct = hot[arm] / 1e3, hot[arm] / step_ns * 100
         print(f"  CPU per step, {arm:<4} ({hot[arm + '_mode']}): {us:6.1f} us = {pct:.3f}% "
               f"of the median step (1-rank DDP, {buckets} buckets, step {hot['step_ns'] / 1e3:.0f} us CPU)")
     print(f"  chunk writer (thread) CPU    : {result['chunk_write_ms_cpu']:.2f} ms per chunk, one chunk per "
           f"{chunk_steps:.0f} steps = {result['chunk_us_per_step']:.1f} us/step")
+    for name, v in sorted(res.get("threads", {}).items()):
+        print(f"  rank 0 thread {name:<28}: {v['cpu_us_per_step']:6.2f} us CPU and "
+              f"{v['wakeups_per_step']:.3f} context switches per measured step (all arms' steps)")
+    _print_pacing(res.get("pacing"))
     if any(res["failures"].values()):
         print(f"  observer failures: {res['failures']}")
+
+
+def _print_pacing(pacing: Any) -> None:
+    if not pacing:
+        return
+    runs = pacing if isinstance(pacing, list) else [pacing]
+    for i, p in enumerate(runs):
+        tag = f" (run {i + 1})" if len(runs) > 1 else ""
+        print(f"  auto arm pacing{tag}: {len(p['decisions'])} decisions, {p['gc_trials']} gc trials, "
+              f"{p['gc_collections']} lockstep gc collections ({p['gc_full_collections']} full); "
+              f"automatic gc was OFF process-wide in {p['gc_off_cycles']} cycles"
+              + (f" (cycles {p['gc_off_first_last'][0]}..{p['gc_off_first_last'][1]}: every arm ran them "
+                 "without automatic gc)" if p["gc_off_cycles"] else "")
+              + (f"; comm hook installed after step {p['comm_hook_after_step']}"
+                 if p["comm_hook_after_step"] is not None else "; no comm hook installed"))
+        for d in p["decisions"]:
+            print(f"    step {d['step']:>6} rank {d['rank']:>2} {d['policy']:<9} {d['action']:<7} "
+                  f"value {d['value']:<10.4g} {d['reason']}")
+        if p.get("status"):
+            print(f"    final status: {p['status']}")
 
 
 def _config(a: argparse.Namespace) -> dict[str, object]:
@@ -414,7 +512,8 @@ def _pooled(a: argparse.Namespace) -> tuple[dict[str, np.ndarray], dict[str, Any
     arms = sorted(runs[0]["step_ns"])
     step = {arm: np.concatenate([np.asarray(r["step_ns"][arm]) for r in runs]) for arm in arms}
     meta = {"buckets": runs[0]["buckets"], "modes": runs[0]["modes"],
-            "failures": {k: v for r in runs for k, v in r["failures"].items() if v} or runs[0]["failures"]}
+            "failures": {k: v for r in runs for k, v in r["failures"].items() if v} or runs[0]["failures"],
+            "pacing": [r["pacing"] for r in runs if r.get("pacing")]}
     loads = "; ".join(f"{r['loadavg'][0]} / {r['loadavg'][1]}" for r in runs)
     return step, meta, loads, f"({len(runs)} runs pooled)"
 

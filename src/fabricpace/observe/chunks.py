@@ -18,15 +18,9 @@ import numpy as np
 import pyarrow as pa
 
 from fabricpace.observe._guard import Guard
+from fabricpace.observe.recorder import Colls
 from fabricpace.run.schema import TABLES
 from fabricpace.run.writer import write_table_atomic
-
-
-def _times(values: list[Any], base_ns: int) -> pa.Array:
-    """Local stamps -> aligned int64 ns; None (never completed) stays null."""
-    mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-    raw = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=len(values))
-    return pa.array(raw - np.int64(base_ns), type=pa.int64(), mask=mask if mask.any() else None)
 
 
 def _table(name: str, columns: dict[str, Any]) -> pa.Table:
@@ -43,41 +37,55 @@ def _table(name: str, columns: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def steps_table(rank: int, rows: list[tuple[Any, ...]], base_ns: int) -> pa.Table:
-    cols = list(zip(*rows, strict=True))
-    n = len(rows)
-    i64 = [np.asarray(c, dtype=np.int64) for c in cols]
+def _dictionary(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
+    """Codes into ``names`` -> the dictionary array ``pa.array(strings).dictionary_encode()`` would
+    give (values in order of first appearance), so the parts stay byte-identical to row-built ones."""
+    uniq, first = np.unique(codes, return_index=True)
+    order = uniq[np.argsort(first)]
+    remap = np.zeros(int(uniq.max()) + 1 if uniq.size else 1, dtype=np.int32)
+    remap[order] = np.arange(order.size, dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], type=pa.int32()),
+                                          pa.array([names[i] for i in order.tolist()], type=pa.string()))
+
+
+def steps_table(rank: int, rows: Any, base_ns: int) -> pa.Table:
+    """Steps part from finalized step rows (n × 11 int64, ``recorder.STEP_FIELDS``; or row tuples)."""
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 11)
+    n = a.shape[0]
     return _table(
         "steps",
         {
             "rank": pa.array(np.full(n, rank, dtype=np.int32)),
-            "step": pa.array(i64[0]),
-            "t_start_ns": pa.array(i64[1] - base_ns),
-            "t_end_ns": pa.array(i64[2] - base_ns),
-            "compute_ns": pa.array(i64[3]),
-            "wait_ns": pa.array(i64[4]),
-            "comm_ns": pa.array(i64[5]),
-            "data_ns": pa.array(i64[6]),
-            "gc_ns": pa.array(i64[7]),
-            "paced_ns": pa.array(i64[8]),
-            "samples": pa.array(i64[9]),
+            "step": pa.array(a[:, 0]),
+            "t_start_ns": pa.array(a[:, 1] - base_ns),
+            "t_end_ns": pa.array(a[:, 2] - base_ns),
+            "compute_ns": pa.array(a[:, 3]),
+            "wait_ns": pa.array(a[:, 4]),
+            "comm_ns": pa.array(a[:, 5]),
+            "data_ns": pa.array(a[:, 6]),
+            "gc_ns": pa.array(a[:, 7]),
+            "paced_ns": pa.array(a[:, 8]),
+            "samples": pa.array(a[:, 9]),
         },
-    ).append_column("gc_count", pa.array(i64[10]))
+    ).append_column("gc_count", pa.array(a[:, 10]))
 
 
-def collectives_table(rank: int, rows: list[tuple[Any, ...]], base_ns: int) -> pa.Table:
-    step, seq, group, op, nbytes, enter, exit_ = (list(c) for c in zip(*rows, strict=True))
+def collectives_table(rank: int, rows: Any, base_ns: int) -> pa.Table:
+    """Collectives part from ``recorder.Colls`` (or row tuples); never-completed exits are null."""
+    c = rows if isinstance(rows, Colls) else Colls.from_rows(list(rows))
+    done = c.done
     return _table(
         "collectives",
         {
-            "rank": pa.array(np.full(len(rows), rank, dtype=np.int32)),
-            "step": pa.array(np.asarray(step, dtype=np.int64)),
-            "seq": pa.array(np.asarray(seq, dtype=np.int64)),
-            "group": group,
-            "op": op,
-            "bytes": pa.array(np.asarray(nbytes, dtype=np.int64)),
-            "t_enter_ns": _times(enter, base_ns),
-            "t_exit_ns": _times(exit_, base_ns),
+            "rank": pa.array(np.full(len(c), rank, dtype=np.int32)),
+            "step": pa.array(c.step),
+            "seq": pa.array(c.seq),
+            "group": _dictionary(c.group, c.names),
+            "op": _dictionary(c.op, c.names),
+            "bytes": pa.array(c.nbytes),
+            "t_enter_ns": pa.array(c.enter - np.int64(base_ns), type=pa.int64()),
+            "t_exit_ns": pa.array(c.exit - np.int64(base_ns), type=pa.int64(),
+                                  mask=None if done.all() else ~done),
         },
     )
 
@@ -119,7 +127,7 @@ class ChunkSink:
     def enabled(self) -> bool:
         return self.guard.ok("writing")
 
-    def submit(self, chunk: dict[str, list[tuple[Any, ...]]], base_ns: int) -> None:
+    def submit(self, chunk: dict[str, Any], base_ns: int) -> None:
         """Hand over rows (table -> rows); returns at once in threaded mode."""
         if not self.enabled:
             return
@@ -128,12 +136,12 @@ class ChunkSink:
         else:
             self._write(chunk, base_ns)
 
-    def _write(self, chunk: dict[str, list[tuple[Any, ...]]], base_ns: int) -> None:
+    def _write(self, chunk: dict[str, Any], base_ns: int) -> None:
         if not self.enabled:
             return
         try:
             for name, rows in chunk.items():
-                if not rows:
+                if len(rows) == 0:
                     continue
                 table = _BUILDERS[name](self.rank, rows, base_ns)
                 path = self.run_dir / name / f"rank-{self.rank:05d}" / f"part-{self.parts[name]:06d}.parquet"

@@ -132,12 +132,20 @@ class GradHookProbe:
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
         self._handles: list[Any] = []
         self._rounds: list[tuple[list[Any], list[int], Any]] = []
-        self._armed_cell = [False]  # a backward's callbacks are queued (a cell: the hooks bind it)
+        self.armed = [False]  # a backward's callbacks are queued (a cell: the hooks bind it)
+        self._armed_cell = self.armed
+        # Steady state on a host clock: whole backwards go straight into the recorder's flat round
+        # buffer from the final callback, so the training thread has nothing to do at step end.
+        # Learning, the CUDA path (events resolved later) and failures need ``end_step`` every step.
+        self._flat = not observer.recorder.deferred
+        self.main_work = True
+        self._round_buf: list[Any] | None = None
         self._order = 0
         n = len(self.params)
         self._nones: list[Any] = [None] * n
         self._stamps: list[Any] = [None] * n
         self._seen: list[int] = [-1] * n
+        self._after: Callable[[], None] = self._after_backward
         for i, p in enumerate(self.params):
             self._handles.append(p.register_post_accumulate_grad_hook(self._learn_hook(i)))
 
@@ -158,7 +166,7 @@ class GradHookProbe:
 
     def _bucket_hook(self, k: int, stamps: list[Any]) -> Callable[[Any], None]:
         # The hot path: one call per bucket per backward. Everything it touches is bound here.
-        mark, queue, after, armed = self.mark, self._queue, self._after_backward, self._armed_cell
+        mark, queue, after, armed = self.mark, self._queue, self._after, self._armed_cell
 
         def hook(_param: Any) -> None:
             try:
@@ -199,8 +207,33 @@ class GradHookProbe:
             self._armed_cell[0] = False
             self._fail(exc)
 
+    def _done_flat(self) -> Callable[[], None]:
+        # The steady-state final callback on a host clock: one clock read, one extend, one append.
+        mark, armed, model, obs = self.mark, self._armed_cell, self.model, self.obs
+        stamps, nones = self._stamps, self._nones
+        buf = self._round_buf
+        assert buf is not None
+        ext, app = buf.extend, buf.append
+        cap = _MAX_ROUNDS * (len(stamps) + 1)
+
+        def done() -> None:
+            try:
+                t_exit = mark()
+                # Backwards inside ``ddp.no_sync()`` reduce nothing: no collective to record.
+                if obs.recording and model.require_backward_grad_sync and len(buf) < cap:
+                    ext(stamps)
+                    app(t_exit)
+                stamps[:] = nones  # in place: the bucket hooks hold this very list
+                armed[0] = False
+            except Exception as exc:
+                armed[0] = False
+                self._fail(exc)
+
+        return done
+
     def _fail(self, exc: BaseException) -> None:
         self.failed = True
+        self.main_work = True
         self.obs.guard.fail("ddp probe", exc)
 
     # ---- main thread -----------------------------------------------------------------------
@@ -267,8 +300,21 @@ class GradHookProbe:
         self._nones = [None] * len(self.buckets)
         self._stamps = [None] * len(self.buckets)
         self._seen = []
+        if self._flat:
+            self._round_buf = self.obs.recorder.round_buffer(self.group, self.bucket_bytes)
+            done = self._done_flat()
+
+            def after() -> None:
+                try:
+                    self._queue(done)
+                except Exception as exc:
+                    self._armed_cell[0] = False
+                    self._fail(exc)
+
+            self._after = after
         self._handles = [self.params[i].register_post_accumulate_grad_hook(self._bucket_hook(k, self._stamps))
                          for k, i in enumerate(self.kept)]
+        self.main_work = not self._flat
 
     def remove(self) -> None:
         """Remove every hook this probe registered (idempotent); training is unaffected."""

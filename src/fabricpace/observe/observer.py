@@ -136,9 +136,14 @@ class Observer:
         self._gc_count = 0
         self._gc_t = 0
         self._samples = 0
-        self._steps_in_chunk = 0
+        # Between-step work is scheduled by counting ended steps: one integer compare per step.
+        self._ended = 0  # steps ended (counted even when recording failed, to keep joining gathers)
+        self._next_event = 1  # self._ended value at which _events() runs next
+        self._chunk_start = 0  # self._ended at the last flush
+        self._next_flush_check = cfg.flush_every
+        self._next_window = cfg.window
+        self._gather_due = 0  # self._ended value at which the pending gather is collected
         self._last_flush = time.monotonic()
-        self._steps_in_window = 0
         self._window_index = 0  # windows whose summaries arrived
         self._windows_closed = 0  # windows whose vectors were sent
         self._pending_gather: tuple[Any, Any, int] | None = None
@@ -297,6 +302,8 @@ class Observer:
             return
         self._lazy_hook = False
         model, comm_hook = self._ddp_args
+        # The probe's pending rounds take their sequence numbers first, so the hook's records continue them.
+        self.recorder.drain()
         if self._install_hook(model, comm_hook):
             self._remove_probe()
             self.comm_hook_step = self.step_index
@@ -399,41 +406,60 @@ class Observer:
         if not self.recording:
             return
         try:
-            self.pacer.on_step_start(self.step_index)
+            pacer = self.pacer
+            if pacer.pacer is not None:
+                pacer.on_step_start(self.step_index)
             self._data_ns = 0
-            self._gc0, self._gcc0 = self._gc_ns, self._gc_count
+            self._gc0 = self._gc_ns
+            self._gcc0 = self._gc_count
             self.recorder.begin(self.step_index)
         except Exception as exc:
             self._fail_recording(exc)
 
     def _end_step(self) -> None:
+        # The hot path: a few attribute reads, one flat-list extend (recorder.end), one integer compare.
         if self.closed:
             return
         if self.recording:
             try:
-                paced = self.pacer.on_step_end(self.step_index)
-                if self._probe is not None:
+                pacer = self.pacer
+                paced = pacer.on_step_end(self.step_index) if pacer.pacer is not None else 0
+                probe = self._probe
+                if probe is not None and (probe.main_work or probe.armed[0]):
                     self._probe_step()
                 self.recorder.end(self._data_ns, self._gc_ns - self._gc0, self._gc_count - self._gcc0,
                                   paced, self._samples)
-                self._steps_in_chunk += 1
-                cfg = self.config
-                if self._steps_in_chunk >= cfg.flush_every and (
-                    time.monotonic() - self._last_flush >= cfg.flush_interval_s
-                    or self._steps_in_chunk >= cfg.flush_max_steps
-                ):
-                    self._flush()
             except Exception as exc:
                 self._fail_recording(exc)
+        self._ended += 1
+        if self._ended >= self._next_event:
+            self._events()
+
+    def _events(self) -> None:
+        """Between-step work that is due: flush a chunk, collect a gather, close a window."""
+        n = self._ended
+        cfg = self.config
+        if n >= self._next_flush_check:
+            if self.recording and (n - self._chunk_start >= cfg.flush_max_steps
+                                   or time.monotonic() - self._last_flush >= cfg.flush_interval_s):
+                try:
+                    self._flush()
+                except Exception as exc:
+                    self._fail_recording(exc)
+                self._next_flush_check = n + cfg.flush_every
+            else:  # not yet flush_interval_s: look again flush_every steps later (never beyond max)
+                self._next_flush_check = min(n + cfg.flush_every, self._chunk_start + cfg.flush_max_steps)
         # Window boundaries are counted even when recording failed, so this rank keeps joining the
         # gathers its peers expect (with an empty contribution) instead of making them time out.
-        pending = self._pending_gather
-        if pending is not None and self.step_index - pending[2] >= self.config.gather_lag_steps:
+        if self._pending_gather is not None and n >= self._gather_due:
             self._finish_gather()
-        self._steps_in_window += 1
-        if self._steps_in_window >= self.config.window:
-            self._steps_in_window = 0
+        if n >= self._next_window:
+            self._next_window = n + cfg.window
             self._window()
+        nxt = min(self._next_flush_check, self._next_window)
+        if self._pending_gather is not None:
+            nxt = min(nxt, self._gather_due)
+        self._next_event = max(nxt, n + 1)
 
     def _probe_step(self) -> None:
         probe = self._probe
@@ -460,7 +486,7 @@ class Observer:
 
     # ------------------------------------------------------------------ chunks and windows
     def _flush(self) -> None:
-        self._steps_in_chunk = 0
+        self._chunk_start = self._ended
         self._last_flush = time.monotonic()
         s, c, o = self.recorder.take_chunk()
         self.sink.submit({"steps": s, "collectives": c, "ops": o}, self.base_ns)
@@ -474,7 +500,7 @@ class Observer:
             self._finish_gather()  # windows shorter than the lag: collect the previous one first
         cfg = self.config
         try:
-            steps, colls = self.recorder.take_window() if self.recording else ([], [])
+            steps, colls = self.recorder.take_window() if self.recording else ([], [])  # type: ignore[assignment]
             vec = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
                                        colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots)
             self._windows_closed += 1
@@ -485,6 +511,7 @@ class Observer:
                 out = [torch.empty_like(mine) for _ in range(self.world)]
                 work = self._all_gather(out, mine, group=self._group, async_op=True)
                 self._pending_gather = (work, out, self.step_index)
+                self._gather_due = self._ended + cfg.gather_lag_steps
                 if cfg.gather_lag_steps == 0:
                     self._finish_gather()
                 return
@@ -527,6 +554,8 @@ class Observer:
     def _report(self, summaries: list[WindowSummary]) -> None:
         from fabricpace.observe.status import print_status, status_line, window_stats
 
+        if not self.config.status_line and self._metrics is None:
+            return  # nobody reads the fleet view
         try:
             stats = window_stats(summaries)
             if self.config.status_line:

@@ -1,9 +1,19 @@
-"""The hot path: per-rank step and collective records, finalized into rows off the critical path.
+"""The hot path: per-rank step and collective records, finalized into columns off the critical path.
 
-What runs per step is a handful of list appends and clock reads: no collective, no I/O, no numpy.
-A collective record is a small list ``[seq, group, op, nbytes, enter, exit, blocking]``; its exit
-stamp is written by whichever thread sees completion (the DDP future callback on gloo's thread),
-which is safe because the record object outlives any buffer swap.
+What runs per step is one ``list.extend`` of plain ints (no per-step object kept alive, so nothing
+the garbage collector has to track) and two clock reads: no collective, no I/O, no numpy. Rows are
+finalized into numpy columns once per flush or window (``drain``), vectorized over the whole batch.
+
+Three kinds of records:
+
+* steps — a flat int list, 8 values per ended step (``_RAW``);
+* DDP bucket *rounds* from the hook-free probe (``round_buffer``) — a flat list per group, one round
+  per synchronized backward: the bucket arrival stamps in bucket order, then the end of the backward.
+  A round belongs to the step whose end is the first at or after the round's end;
+* any other collective (comm hook, collective wrapper, ``obs.collective``) — a small list
+  ``[seq, group, op, nbytes, enter, exit, blocking]`` whose exit stamp is written by whichever thread
+  sees completion (the DDP future callback on gloo's thread), which is safe because the record
+  object outlives any buffer swap.
 
 Per step (DESIGN.md): ``wait`` is the time the step was blocked on collectives — for overlapped
 (asynchronous) collectives such as DDP buckets, from the last bucket's arrival (backward compute is
@@ -11,26 +21,156 @@ done then) to the last completion; for blocking ones, their whole duration. ``co
 the intervals collectives were in flight. ``compute`` is the rest of the step minus data, GC and
 pacing time, i.e. this rank's own work.
 
-On CPU stamps are host nanoseconds and a step is finalized when it ends. On CUDA stamps are events;
-steps are finalized in order once their events completed (``poll``), a few steps later.
+On CPU stamps are host nanoseconds and a step is final when it ends. On CUDA stamps are events;
+steps are resolved in order once their events completed (``poll``), a few steps later (the probe
+then uses per-collective records, not rounds).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-# Row layouts (local clock; aligned when written or summarized).
-# step row: (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
-# coll row: (step, seq, group, op, nbytes, t_enter, t_exit | None)
+# Finalized step columns (int64 array, one row per step).
 STEP_FIELDS = (
     "step", "t_start", "t_end", "compute", "wait", "comm", "data", "gc", "paced", "samples", "gc_count",
 )
 COLL_FIELDS = ("step", "seq", "group", "op", "bytes", "t_enter", "t_exit")
+# Raw step record in the flat list: step, t_start, t_end, data, gc, gc_count, paced, samples.
+_RAW = 8
+_EMPTY_STEPS = np.zeros((0, len(STEP_FIELDS)), dtype=np.int64)
 
 # Indices into a collective record.
 _SEQ, _GROUP, _OP, _BYTES, _ENTER, _EXIT, _BLOCKING = range(7)
+
+
+@dataclass
+class Colls:
+    """Finalized collective rows as columns; ``group`` and ``op`` are codes into ``names``."""
+
+    step: np.ndarray
+    seq: np.ndarray
+    group: np.ndarray  # int32 codes
+    op: np.ndarray  # int32 codes
+    nbytes: np.ndarray
+    enter: np.ndarray
+    exit: np.ndarray
+    done: np.ndarray  # bool: exit known (False = never completed, written as null)
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.step.size)
+
+    @classmethod
+    def empty(cls, names: tuple[str, ...] = ()) -> Colls:
+        z = np.zeros(0, dtype=np.int64)
+        c = np.zeros(0, dtype=np.int32)
+        return cls(z, z, c, c, z, z, z, np.zeros(0, dtype=bool), names)
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[Any, ...]]) -> Colls:
+        """From row tuples ``(step, seq, group, op, bytes, t_enter, t_exit | None)`` (tests, tools)."""
+        if not rows:
+            return cls.empty()
+        names: list[str] = []
+        code: dict[str, int] = {}
+
+        def enc(name: str) -> int:
+            if name not in code:
+                code[name] = len(names)
+                names.append(name)
+            return code[name]
+
+        cols = list(zip(*rows, strict=True))
+        done = np.array([v is not None for v in cols[6]], dtype=bool)
+        return cls(
+            np.asarray(cols[0], dtype=np.int64), np.asarray(cols[1], dtype=np.int64),
+            np.array([enc(g) for g in cols[2]], dtype=np.int32),
+            np.array([enc(o) for o in cols[3]], dtype=np.int32),
+            np.asarray(cols[4], dtype=np.int64), np.asarray(cols[5], dtype=np.int64),
+            np.array([0 if v is None else v for v in cols[6]], dtype=np.int64), done, tuple(names),
+        )
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """Row tuples (step, seq, group, op, bytes, t_enter, t_exit | None) — for tests and debugging."""
+        names = self.names
+        return [(int(s), int(q), names[g], names[o], int(b), int(e), int(x) if d else None)
+                for s, q, g, o, b, e, x, d in zip(self.step, self.seq, self.group, self.op, self.nbytes,
+                                                   self.enter, self.exit, self.done, strict=True)]
+
+    @staticmethod
+    def concat(parts: list[Colls]) -> Colls:
+        if len(parts) == 1:
+            return parts[0]
+        names = max((p.names for p in parts), key=len, default=())  # names only grow: the last has all
+        if not parts:
+            return Colls.empty(names)
+        def cat(field: str) -> Any:
+            return np.concatenate([getattr(p, field) for p in parts])
+
+        return Colls(cat("step"), cat("seq"), cat("group"), cat("op"), cat("nbytes"), cat("enter"),
+                     cat("exit"), cat("done"), names)
+
+
+def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.ndarray, enter: np.ndarray,
+             exit_: np.ndarray, blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute, wait, comm) per step from completed collectives (k = step row of each)."""
+    n = t_start.size
+    wait = np.zeros(n, dtype=np.int64)
+    comm = np.zeros(n, dtype=np.int64)
+    if k.size:
+        # Overlapped (DDP buckets): from the last arrival (own compute done) to the last completion.
+        ov = ~blocking
+        last_in = np.full(n, np.iinfo(np.int64).min)
+        last_out = np.full(n, np.iinfo(np.int64).min)
+        np.maximum.at(last_in, k[ov], enter[ov])
+        np.maximum.at(last_out, k[ov], exit_[ov])
+        has = np.bincount(k[ov], minlength=n) > 0
+        wait[has] = np.maximum(0, last_out[has] - last_in[has])
+        # Blocking collectives: their whole duration.
+        if blocking.any():
+            wait += np.bincount(k[blocking], weights=(exit_ - enter)[blocking], minlength=n).astype(np.int64)
+        # comm = union of in-flight intervals per step: sort by (step, enter); shift each step's times
+        # by k * span so one running maximum never leaks across steps.
+        rel_in = enter - t_start[k]
+        rel_out = exit_ - t_start[k]
+        lo = int(min(rel_in.min(), 0))
+        span = int(max(rel_out.max(), rel_in.max(), 0)) - lo + 1
+        base = k * span - lo
+        order = np.lexsort((rel_in, k))
+        s_in, s_out, s_k = rel_in[order] + base[order], rel_out[order] + base[order], k[order]
+        prev_max = np.maximum.accumulate(s_out)
+        prev = np.concatenate(([np.iinfo(np.int64).min], prev_max[:-1]))
+        covered = np.maximum(0, s_out - np.maximum(s_in, prev))
+        comm = np.bincount(s_k, weights=covered, minlength=n).astype(np.int64)
+    compute = np.maximum(0, (t_end - t_start) - wait - other)
+    return compute, wait, comm
+
+
+def finalize_raw(raw: np.ndarray, k: np.ndarray, enter: np.ndarray, exit_: np.ndarray,
+                 blocking: np.ndarray) -> np.ndarray:
+    """Step rows (n × 11, ``STEP_FIELDS``) from raw step records (n × 8) and the completed
+    collectives of those steps (k = row index of the step each belongs to)."""
+    step, t_start, t_end, data, gc, gc_count, paced, samples = raw.T
+    compute, wait, comm = _metrics(t_start, t_end, data + gc + paced, k, enter, exit_, blocking)
+    return np.stack([step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count], axis=1)
+
+
+def finalize(records: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Step rows and collective rows (tuples) of ended steps given as records
+    ``(step, t_start, t_end, data, gc, gc_count, paced, samples, colls)`` — the per-step definition
+    in one call (tests and ``step_metrics``; the recorder itself uses the columnar path)."""
+    if not records:
+        return [], []
+    raw = np.array([r[:8] for r in records], dtype=np.int64).reshape(-1, 8)
+    coll_rows = [(r[0], c[0], c[1], c[2], c[3], c[4], c[5]) for r in records for c in r[8]]
+    flat = [(k, c[_ENTER], c[_EXIT], c[_BLOCKING]) for k, r in enumerate(records) for c in r[8]
+            if c[_EXIT] is not None]
+    arr = np.array(flat, dtype=np.int64).reshape(-1, 4)
+    rows = finalize_raw(raw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(bool))
+    return [tuple(r) for r in rows.tolist()], coll_rows
 
 
 def step_metrics(
@@ -42,71 +182,38 @@ def step_metrics(
     return row[3], row[4], row[5]
 
 
-def finalize(records: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Step rows and collective rows of ended steps, vectorized over the whole batch.
+class _Rounds:
+    """Flat bucket rounds of one DDP group: ``nb`` arrival stamps then the backward's end, per round."""
 
-    A record is ``(step, t_start, t_end, data, gc, gc_count, paced, samples, colls)`` with resolved
-    stamps. Runs at flush/window time, so the per-step hot path is only list appends.
-    """
-    if not records:
-        return [], []
-    head = np.array([r[:8] for r in records], dtype=np.int64).reshape(-1, 8)
-    step, t_start, t_end, data, gc, gc_count, paced, samples = head.T
-    coll_rows = [(r[0], c[0], c[1], c[2], c[3], c[4], c[5]) for r in records for c in r[8]]
-    flat = [(k, c[_ENTER], c[_EXIT], c[_BLOCKING]) for k, r in enumerate(records) for c in r[8]
-            if c[_EXIT] is not None]
-    n = len(records)
-    wait = np.zeros(n, dtype=np.int64)
-    comm = np.zeros(n, dtype=np.int64)
-    if flat:
-        arr = np.array(flat, dtype=np.int64)
-        k, enter, exit_, blocking = arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(bool)
-        # Overlapped (DDP buckets): from the last arrival (own compute done) to the last completion.
-        ov = ~blocking
-        last_in = np.full(n, np.iinfo(np.int64).min)
-        last_out = np.full(n, np.iinfo(np.int64).min)
-        np.maximum.at(last_in, k[ov], enter[ov])
-        np.maximum.at(last_out, k[ov], exit_[ov])
-        has = np.bincount(k[ov], minlength=n) > 0
-        wait[has] = np.maximum(0, last_out[has] - last_in[has])
-        # Blocking collectives: their whole duration.
-        wait += np.bincount(k[blocking], weights=(exit_ - enter)[blocking], minlength=n).astype(np.int64)
-        # comm = union of in-flight intervals per step: sort by (step, enter); shift each step's times
-        # by k * span so one running maximum never leaks across steps.
-        rel_in = enter - t_start[k]
-        rel_out = exit_ - t_start[k]
-        span = int(max(rel_out.max(), rel_in.max(), 0)) - int(min(rel_in.min(), 0)) + 1
-        base = k * span - int(min(rel_in.min(), 0))
-        order = np.lexsort((rel_in, k))
-        s_in, s_out, s_k = rel_in[order] + base[order], rel_out[order] + base[order], k[order]
-        prev_max = np.maximum.accumulate(s_out)
-        prev = np.concatenate(([np.iinfo(np.int64).min], prev_max[:-1]))
-        covered = np.maximum(0, s_out - np.maximum(s_in, prev))
-        comm = np.bincount(s_k, weights=covered, minlength=n).astype(np.int64)
-    compute = np.maximum(0, (t_end - t_start) - wait - data - gc - paced)
-    cols = (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
-    step_rows = list(zip(*(c.tolist() for c in cols), strict=True))
-    return step_rows, coll_rows
+    __slots__ = ("buf", "group", "nbytes")
+
+    def __init__(self, group: str, nbytes: list[int]) -> None:
+        self.group = group
+        self.nbytes = list(nbytes)
+        self.buf: list[Any] = []
 
 
 class Recorder:
-    """Records of one rank. Main-thread methods: begin/end/poll/take; any thread: enter/exit."""
+    """Records of one rank. Main-thread methods: begin/end/poll/drain/take; any thread: enter/exit."""
 
     def __init__(self, timeline: Any) -> None:
         self.timeline = timeline
         self.mark = timeline.mark
+        self.deferred = bool(timeline.deferred)
         self.step = -1
-        self._seqs: dict[str, int] = {}
-        self._colls: list[list[Any]] = []  # collectives of the running step (or between steps)
-        self._pending: list[tuple[Any, ...]] = []  # ended steps waiting for their stamps (CUDA)
         self._start: Any = None
-        self._ended: list[tuple[Any, ...]] = []  # ended steps with resolved stamps, not yet finalized
-        # Finalized rows, handed to the writer (chunks) and the window summary.
-        self.step_rows: list[tuple[Any, ...]] = []
-        self.coll_rows: list[tuple[Any, ...]] = []
+        self._seqs: dict[str, int] = {}
+        self._names: list[str] = []
+        self._codes: dict[str, int] = {}
+        self._colls: list[list[Any]] = []  # collective records of the running step (or between steps)
+        self._gen: list[tuple[int, list[list[Any]]]] = []  # (step, records) of ended steps, resolved
+        self._pending: list[tuple[Any, ...]] = []  # ended steps waiting for their device events (CUDA)
+        self._raw: list[int] = []  # ended, resolved steps: _RAW ints each
+        self._rounds: list[_Rounds] = []
         self.op_rows: list[tuple[Any, ...]] = []  # (step, op, t_start, dur)
-        self.win_steps: list[tuple[Any, ...]] = []
-        self.win_colls: list[tuple[Any, ...]] = []
+        # Finalized batches waiting for the writer (chunks) and the window summary.
+        self._chunk: list[tuple[np.ndarray, Colls]] = []
+        self._win: list[tuple[np.ndarray, Colls]] = []
 
     # ---- collectives (any thread) ----
     def enter(self, group: str, op: str, nbytes: int, blocking: bool) -> list[Any]:
@@ -120,7 +227,8 @@ class Recorder:
         rec[_EXIT] = self.mark()
 
     def buckets(self, group: str, nbytes: list[int], enters: list[Any], end: Any) -> None:
-        """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order.
+        """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order,
+        as per-collective records (learning steps and the CUDA path; steady CPU state uses rounds).
 
         Only the end of the whole backward is known, not each bucket's completion. So that no
         interval claims communication that was not seen, the last bucket's row spans its arrival to
@@ -136,22 +244,35 @@ class Recorder:
             if enter is not None:
                 append([seq + k, group, "all_reduce", nbytes[k], enter, end if k == last else enter, False])
 
+    def round_buffer(self, group: str, nbytes: list[int]) -> list[Any]:
+        """A flat list the probe appends whole backwards to (same rows as ``buckets``): per round the
+        ``len(nbytes)`` arrival stamps (None = missed) and then the end of the backward. Only for
+        host-clock stamps (not deferred)."""
+        r = _Rounds(group, nbytes)
+        self._rounds.append(r)
+        return r.buf
+
     # ---- steps (main thread) ----
     def begin(self, step: int) -> None:
         self.step = step
         self._start = self.mark()
 
     def end(self, data: int, gc: int, gc_count: int, paced: int, samples: int) -> None:
-        colls, self._colls = self._colls, []
-        rec = (self.step, self._start, self.mark(), data, gc, gc_count, paced, samples, colls)
-        if self.timeline.deferred:
-            self._pending.append(rec)
-            self.poll()
+        if self._colls:
+            colls, self._colls = self._colls, []
         else:
-            self._ended.append(rec)
+            colls = []
+        if self.deferred:
+            self._pending.append((self.step, self._start, self.mark(), data, gc, gc_count, paced, samples,
+                                  colls))
+            self.poll()
+            return
+        self._raw.extend((self.step, self._start, self.mark(), data, gc, gc_count, paced, samples))
+        if colls:
+            self._gen.append((self.step, colls))
 
     def poll(self) -> None:
-        """Finalize ended steps whose device events completed, in step order (CUDA path)."""
+        """Resolve ended steps whose device events completed, in step order (CUDA path)."""
         tl = self.timeline
         while self._pending:
             rec = self._pending[0]
@@ -163,32 +284,127 @@ class Recorder:
             for c in colls:
                 c[_ENTER], c[_EXIT] = tl.resolve(c[_ENTER]), tl.resolve(c[_EXIT])
             self._pending.pop(0)
-            self._ended.append((rec[0], t_start, t_end, *rec[3:]))
+            self._raw.extend((rec[0], t_start, t_end, *rec[3:8]))
+            if colls:
+                self._gen.append((rec[0], colls))
+
+    def _code(self, name: str) -> int:
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self._names)
+            self._names.append(name)
+        return code
 
     def drain(self) -> None:
-        """Finalize ended steps into rows (main thread; called at flush and window time)."""
-        if not self._ended:
+        """Finalize ended steps into columns (main thread; at flush and window time)."""
+        if not self._raw:
             return
-        ended, self._ended = self._ended, []
-        steps, colls = finalize(ended)
-        self.step_rows.extend(steps)
-        self.win_steps.extend(steps)
-        self.coll_rows.extend(colls)
-        self.win_colls.extend(colls)
+        raw_list, self._raw = self._raw, []
+        raw = np.array(raw_list, dtype=np.int64).reshape(-1, _RAW)
+        gen, self._gen = self._gen, []
+        # Generic records -> columns.
+        pos = {s: i for i, s in enumerate(raw[:, 0].tolist())} if gen else {}
+        recs = [(pos.get(s, 0), c) for s, cs in gen for c in cs]
+        parts_k, parts_seq, parts_g, parts_op, parts_b, parts_in, parts_out, parts_ok, parts_blk = (
+            [] for _ in range(9))
+        if recs:
+            code = self._code
+            parts_k.append(np.array([k for k, _ in recs], dtype=np.int64))
+            parts_seq.append(np.array([c[_SEQ] for _, c in recs], dtype=np.int64))
+            parts_g.append(np.array([code(c[_GROUP]) for _, c in recs], dtype=np.int32))
+            parts_op.append(np.array([code(c[_OP]) for _, c in recs], dtype=np.int32))
+            parts_b.append(np.array([c[_BYTES] for _, c in recs], dtype=np.int64))
+            parts_in.append(np.array([c[_ENTER] for _, c in recs], dtype=np.int64))
+            parts_ok.append(np.array([c[_EXIT] is not None for _, c in recs], dtype=bool))
+            parts_out.append(np.array([0 if c[_EXIT] is None else c[_EXIT] for _, c in recs], dtype=np.int64))
+            parts_blk.append(np.array([bool(c[_BLOCKING]) for _, c in recs], dtype=bool))
+        # Probe rounds of the drained steps -> columns (vectorized; markers except the last bucket).
+        t_end = raw[:, 2]
+        for r in self._rounds:
+            nb = len(r.nbytes)
+            width = nb + 1
+            m = len(r.buf) // width
+            if m == 0:
+                continue
+            ends = np.array(r.buf[width - 1: m * width: width], dtype=np.int64)
+            m = int(np.searchsorted(ends, t_end[-1], side="right"))  # rounds of steps that ended
+            if m == 0:
+                continue
+            flat = r.buf[: m * width]
+            del r.buf[: m * width]
+            if None in flat:
+                ok = np.array([v is not None for v in flat], dtype=bool).reshape(m, width)[:, :nb]
+                arr = np.array([0 if v is None else v for v in flat], dtype=np.int64).reshape(m, width)
+            else:
+                arr = np.array(flat, dtype=np.int64).reshape(m, width)
+                ok = np.ones((m, nb), dtype=bool)
+            k_round = np.minimum(np.searchsorted(t_end, arr[:, nb], side="left"), raw.shape[0] - 1)
+            enter = arr[:, :nb]
+            exit_ = enter.copy()
+            exit_[:, nb - 1] = arr[:, nb]
+            seq0 = self._seqs.get(r.group, 0)
+            self._seqs[r.group] = seq0 + m * nb
+            seq = (seq0 + np.arange(m * nb, dtype=np.int64)).reshape(m, nb)
+            sel = ok.ravel()
+            parts_k.append(np.repeat(k_round, nb)[sel])
+            parts_seq.append(seq.ravel()[sel])
+            parts_g.append(np.full(int(sel.sum()), self._code(r.group), dtype=np.int32))
+            parts_op.append(np.full(int(sel.sum()), self._code("all_reduce"), dtype=np.int32))
+            parts_b.append(np.tile(np.asarray(r.nbytes, dtype=np.int64), m)[sel])
+            parts_in.append(enter.ravel()[sel])
+            parts_out.append(exit_.ravel()[sel])
+            parts_ok.append(np.ones(int(sel.sum()), dtype=bool))
+            parts_blk.append(np.zeros(int(sel.sum()), dtype=bool))
+        names = tuple(self._names)
+        if parts_k:
+            cat = np.concatenate
+            k, seq_a, grp, op = cat(parts_k), cat(parts_seq), cat(parts_g), cat(parts_op)
+            nbytes, enter_a, exit_a, ok_a, blk = (cat(parts_b), cat(parts_in), cat(parts_out), cat(parts_ok),
+                                                  cat(parts_blk))
+            cols: list[Any] = [k, seq_a, grp, op, nbytes, enter_a, exit_a, ok_a, blk]
+            if len(parts_k) > 1:  # rows in time order within a step, as they happened
+                order = np.lexsort((enter_a, k))
+                k, seq_a, grp, op, nbytes, enter_a, exit_a, ok_a, blk = (a[order] for a in cols)
+            steps = finalize_raw(raw, k[ok_a], enter_a[ok_a], exit_a[ok_a], blk[ok_a])
+            colls = Colls(raw[k, 0], seq_a, grp, op, nbytes, enter_a, exit_a, ok_a, names)
+        else:
+            z = np.zeros(0, dtype=np.int64)
+            steps = finalize_raw(raw, z, z, z, np.zeros(0, dtype=bool))
+            colls = Colls.empty(names)
+        self._chunk.append((steps, colls))
+        self._win.append((steps, colls))
 
     def phase(self, name: str, t_start: int, dur: int) -> None:
         self.op_rows.append((self.step, name, t_start, dur))
 
     # ---- hand-off (main thread) ----
-    def take_chunk(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """Swap out the finalized rows for the writer."""
+    @staticmethod
+    def _join(parts: list[tuple[np.ndarray, Colls]]) -> tuple[np.ndarray, Colls]:
+        if not parts:
+            return _EMPTY_STEPS, Colls.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), Colls.concat([p[1] for p in parts])
+
+    def take_chunk(self) -> tuple[np.ndarray, Colls, list[tuple[Any, ...]]]:
+        """Finalized steps, collectives and op rows since the last chunk, for the writer."""
         self.drain()
-        out = (self.step_rows, self.coll_rows, self.op_rows)
-        self.step_rows, self.coll_rows, self.op_rows = [], [], []
+        steps, colls = self._join(self._chunk)
+        ops, self._chunk, self.op_rows = self.op_rows, [], []
+        return steps, colls, ops
+
+    def take_window(self) -> tuple[np.ndarray, Colls]:
+        self.drain()
+        out = self._join(self._win)
+        self._win = []
         return out
 
-    def take_window(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        self.drain()
-        out = (self.win_steps, self.win_colls)
-        self.win_steps, self.win_colls = [], []
-        return out
+    # ---- views for tests ----
+    @property
+    def step_rows(self) -> list[tuple[Any, ...]]:
+        """Finalized step rows not yet taken by a chunk (tuples; tests and debugging)."""
+        return [tuple(r) for p in self._chunk for r in p[0].tolist()]
+
+    @property
+    def coll_rows(self) -> list[tuple[Any, ...]]:
+        return [r for p in self._chunk for r in p[1].rows()]
