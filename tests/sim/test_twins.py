@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.run import load_run
 from fabricpace.sim import SimOptions, simulate
@@ -14,8 +15,10 @@ from fabricpace.sim import SimOptions, simulate
 class FixedStates:
     """Hands out given states at given window ends and records what it was shown (not a Controller)."""
 
-    def __init__(self, states: dict[int, PacingState]) -> None:
+    def __init__(self, states: dict[int, PacingState], *, max_delay_share: float = 1.0) -> None:
         self.states = states
+        # the comm twin's delay budget (a share of step time); the mechanism tests allow a whole step
+        self.config = PacingConfig(max_delay_share=max_delay_share)
         self.seen: list[tuple[int, list]] = []
         self.current = PacingState()
 
@@ -140,6 +143,22 @@ def test_comm_spacing_holds_launches_and_is_recorded_as_paced(tmp_path, small_wo
     # the hold stalls backward (the hook runs on the autograd thread): steps get longer
     d = st.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("d"))
     assert d.filter(pl.col("step") >= 11)["d"].min() > d.filter(pl.col("step").is_between(1, 9))["d"].max()
+
+
+def test_comm_holds_stop_at_the_delay_budget_like_the_real_gate(tmp_path, small_workload):
+    """The real CommGate holds launches only while max_delay_share × the last median step lasts;
+    the twin stops holding at the same budget (per rank and step), so a paced step is never slowed by
+    more than the cap."""
+    spacing = 20_000_000  # far more than 1% of a step would allow
+    ctl = FixedStates({10: PacingState(comm_spacing_ns=spacing)}, max_delay_share=0.01)
+    run = _run(tmp_path, "cap", small_workload, None, ctl)
+    st = run.steps.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("d"))
+    median_step = float(st.filter(pl.col("step") < 10)["d"].median())
+    paced = st.filter(pl.col("step") >= 10)["paced_ns"].to_numpy()
+    assert np.all(paced > 0) and np.all(paced <= 0.01 * median_step * 1.02)
+    free = FixedStates({10: PacingState(comm_spacing_ns=spacing)})  # budget: a whole step
+    uncapped = _run(tmp_path, "nocap", small_workload, None, free)
+    assert uncapped.steps.filter(pl.col("step") >= 10)["paced_ns"].min() > 2 * paced.max()
 
 
 def test_comm_window_one_serializes_launch_after_completion(tmp_path, write_yaml, leaf_cluster):

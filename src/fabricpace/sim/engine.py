@@ -88,6 +88,9 @@ class RankState:
     origin_s: float = 0.0  # absolute time at which the previous step's collectives completed
     prev_opt: np.ndarray | None = None
     pacing: PacingState = field(default_factory=PacingState)
+    # The comm actuator's delay budget per rank and step (s): holds stop once it is spent, as the real
+    # CommGate's do (max_delay_share × the last window's median step); inf = uncapped (pinned runs).
+    comm_budget_s: float = float("inf")
 
 
 def shares_to_samples(shares: tuple[float, ...] | None, batch: int, world: int) -> np.ndarray:
@@ -179,7 +182,7 @@ class Engine:
         pre = a + gc + pauses + data
         times = self.transfers.times[steps][:, self.cols]  # [S, K]
         if self.frac is not None:
-            issue, end, _, paced = self._ddp(pre + fwd, bwd, times, state.pacing)
+            issue, end, _, paced = self._ddp(pre + fwd, bwd, times, state.pacing, state.comm_budget_s)
         else:
             issue, end, _, paced = self._fsdp(pre, fwd, bwd, times)
         E = end[:, -1]
@@ -220,7 +223,12 @@ class Engine:
 
     # ---- DDP ----------------------------------------------------------------------------------
     def _ddp(
-        self, fwd_end: np.ndarray, bwd: np.ndarray, times: np.ndarray, pacing: PacingState
+        self,
+        fwd_end: np.ndarray,
+        bwd: np.ndarray,
+        times: np.ndarray,
+        pacing: PacingState,
+        budget: float = float("inf"),
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert self.frac is not None
         ready = fwd_end[:, :, None] + bwd[:, :, None] * self.frac[None, None, :]  # [S, R, J]
@@ -229,10 +237,12 @@ class Engine:
         S, _, J = ready.shape
         if window is None or window >= J:
             if spacing > 0:
-                # The hook blocks backward: each gap between buckets becomes at least `spacing`.
+                # The hook blocks backward: each gap between buckets becomes at least `spacing`, until
+                # the step's delay budget is spent (the holds add up: later buckets shift with them).
                 gaps = np.diff(ready, axis=2, prepend=ready[:, :, :1])
-                gaps[:, :, 1:] = np.maximum(gaps[:, :, 1:], spacing)
-                issue = ready[:, :, :1] + np.cumsum(gaps, axis=2)
+                extra = np.zeros_like(gaps)
+                extra[:, :, 1:] = np.maximum(spacing - gaps[:, :, 1:], 0.0)
+                issue = ready + np.minimum(np.cumsum(extra, axis=2), budget)
             else:
                 issue = ready
             M = issue.max(axis=1)  # [S, J]
@@ -245,13 +255,18 @@ class Engine:
             gaps = np.diff(ready, axis=2, prepend=ready[:, :, :1])
             prev_issue = None
             prev_end = np.full(S, -np.inf)
+            used = np.zeros(ready.shape[:2])  # hold so far per (step, rank), against the budget
             for j in range(J):
                 if prev_issue is None:
-                    cur = ready[:, :, 0]
+                    natural = cur = ready[:, :, 0]
                 else:
+                    natural = prev_issue + gaps[:, :, j]  # arrival at the hook (earlier holds included)
                     cur = prev_issue + np.maximum(gaps[:, :, j], spacing)
                 if j >= window:
                     cur = np.maximum(cur, end[:, j - window][:, None])
+                hold = np.minimum(cur - natural, np.maximum(budget - used, 0.0))
+                cur = natural + hold
+                used += hold
                 issue[:, :, j] = cur
                 prev_end = np.maximum(cur.max(axis=1), prev_end) + times[:, j]
                 end[:, j] = prev_end

@@ -69,6 +69,14 @@ def _check(cluster: Any, workload: Workload, *, nodes: int, steps: int) -> None:
         raise ConfigError(f"{workload.source}: field 'parallelism.pp': {p.pp} must divide --nodes {nodes}")
 
 
+def _max_delay_share(controller: Any) -> float:
+    """The comm delay cap of the controller's config (the real pacer's default without one)."""
+    from fabricpace.pacing.config import PacingConfig
+
+    config = getattr(controller, "config", None)
+    return float(getattr(config, "max_delay_share", PacingConfig().max_delay_share))
+
+
 def _run_id(*parts: Any) -> str:
     return "sim-" + hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -168,7 +176,14 @@ def simulate(
             summaries = window_summaries(window_blocks, window_index=w0 // options.window)
             try:
                 new_state, decisions = controller.update(w1, summaries)
-                apply_state(state, new_state, batch=wl.batch_per_gpu, gpus_per_node=g)
+                apply_state(
+                    state,
+                    new_state,
+                    batch=wl.batch_per_gpu,
+                    gpus_per_node=g,
+                    step_time_s=float(np.median([s.step_median_ns for s in summaries])) / 1e9,
+                    max_delay_share=_max_delay_share(controller),
+                )
             except Exception as exc:  # the real layer turns pacing off on any controller error
                 from fabricpace.pacing.state import Decision
 

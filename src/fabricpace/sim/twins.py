@@ -9,7 +9,10 @@ Each field acts only through the mechanism the real actuator has:
   with its samples (``Engine.run_block``).
 - ``comm_window`` / ``comm_spacing_ns``: the comm hook holds bucket launches (in-flight window, minimum
   spacing). The hook runs on the autograd thread, so a hold delays the rest of that rank's backward;
-  the held time is recorded as ``paced_ns`` (``Engine._ddp``). FSDP runs are not gated.
+  the held time is recorded as ``paced_ns`` (``Engine._ddp``). As in the real ``CommGate``, the holds
+  of one rank and step stop once they add up to the delay budget, ``max_delay_share`` × the median
+  step time of the window that decided the state (the pacer's budget); a pinned state with no step
+  time yet is uncapped (an oracle). FSDP runs are not gated.
 - ``placement``: a rank order (position -> original rank): rank ``placement[p]`` moves to the GPU slot
   ``p``, so node faults follow the node and rank faults follow the rank. The fabric model packs a job
   on consecutive nodes in leaf order, which is already the ring order placement aims for, so the
@@ -25,8 +28,19 @@ from fabricpace.pacing.state import PacingState
 from fabricpace.sim.engine import RankState, shares_to_samples
 
 
-def apply_state(state: RankState, pacing: PacingState, *, batch: int, gpus_per_node: int) -> None:
-    """Apply ``pacing`` to the carried rank state from the next step on (in place)."""
+def apply_state(
+    state: RankState,
+    pacing: PacingState,
+    *,
+    batch: int,
+    gpus_per_node: int,
+    step_time_s: float | None = None,
+    max_delay_share: float = 0.01,
+) -> None:
+    """Apply ``pacing`` to the carried rank state from the next step on (in place).
+
+    ``step_time_s`` (the last window's median step time) sizes the comm delay budget like the real
+    pacer does; None leaves the budget uncapped."""
     world = state.samples.shape[0]
     if pacing.shares is not None and len(pacing.shares) != world:
         raise SimulationError(f"pacing shares has {len(pacing.shares)} entries for {world} ranks")
@@ -46,4 +60,6 @@ def apply_state(state: RankState, pacing: PacingState, *, batch: int, gpus_per_n
         raise SimulationError(f"pacing gc_full_interval must be >= 1, got {pacing.gc_full_interval}")
     if pacing.comm_window is not None and pacing.comm_window < 1:
         raise SimulationError(f"pacing comm_window must be >= 1, got {pacing.comm_window}")
+    if step_time_s is not None and np.isfinite(step_time_s) and step_time_s > 0:
+        state.comm_budget_s = max(0.0, max_delay_share) * step_time_s
     state.pacing = pacing
