@@ -186,6 +186,9 @@ def run(
     return Run(throughput=float(row["throughput"]), cv=float(row["cv"]), decisions=dec)
 
 
+CV_FLOOR = 0.001  # smallest CV change the verdict reports (one unit of the third decimal)
+
+
 @dataclass(frozen=True)
 class Paired:
     n: int
@@ -207,8 +210,12 @@ class Paired:
 
     @property
     def cv_verdict(self) -> str:
-        """Lower CV is better: "CV WORSE" when the whole CI of the paired CV change lies above 0."""
-        return "CV lower" if self.cv_hi < 0 else "CV WORSE" if self.cv_lo > 0 else "CV same"
+        """Lower CV is better: "CV WORSE" when the whole CI of the paired CV change lies above
+        ``CV_FLOOR`` (a change that a CV printed to 3 decimals cannot show is not a finding, even when
+        every seed moves by the same hair and the CI has no width)."""
+        if self.cv_hi < -CV_FLOOR:
+            return "CV lower"
+        return "CV WORSE" if self.cv_lo > CV_FLOOR else "CV same"
 
     def line(self) -> str:
         return (

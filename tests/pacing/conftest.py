@@ -23,8 +23,8 @@ def make_summaries(
     steps: int = 50,
     compute_ms: float | list[float] = 60.0,
     samples: float | list[float] = 16.0,
-    gc_ms: float = 0.0,
-    gc_count: float = 0.0,
+    gc_ms: float | list[float] = 0.0,
+    gc_count: float | list[float] = 0.0,
     last: list[float] | None = None,
     transfer_ms: float = 10.0,
     wait_ms: float = 5.0,
@@ -34,6 +34,8 @@ def make_summaries(
     comp = compute_ms if isinstance(compute_ms, list) else [compute_ms] * world
     samp = samples if isinstance(samples, list) else [samples] * world
     lasts = last if last is not None else [10.0] * world
+    gms = gc_ms if isinstance(gc_ms, list) else [gc_ms] * world
+    gcount = gc_count if isinstance(gc_count, list) else [gc_count] * world
     out = []
     for r in range(world):
         out.append(
@@ -53,8 +55,8 @@ def make_summaries(
                 last_arrivals=lasts[r],
                 collectives=float(sum(lasts)),
                 data_mean_ns=0.0,
-                gc_mean_ns=gc_ms * 1e6,
-                gc_count=gc_count,
+                gc_mean_ns=gms[r] * 1e6,
+                gc_count=gcount[r],
                 paced_mean_ns=0.0,
                 samples_mean=samp[r],
                 rss_bytes=rss,

@@ -6,6 +6,7 @@ import pytest
 
 from fabricpace import ConfigError
 from fabricpace.pacing import Controller, PacingConfig, PacingState, parse_policies
+from fabricpace.pacing.rebalance import counts_from_shares
 
 
 def test_healthy_run_takes_no_action(summaries):
@@ -19,9 +20,11 @@ def test_healthy_run_takes_no_action(summaries):
 
 def test_gc_churn_enables_lockstep_and_keeps_it_when_faster(summaries):
     ctl = Controller(4)
-    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))
-    assert dec == [] and state.gc_interval is None  # one window is not yet persistent
-    state, dec = ctl.update(100, summaries(1, step_ms=100, gc_ms=8, gc_count=3))
+    # GC on one rank only (the median rank saw none) may be a one-off: not yet persistent
+    few = {"gc_ms": [32.0, 0.0, 0.0, 0.0], "gc_count": [4.0, 0.0, 0.0, 0.0]}
+    state, dec = ctl.update(50, summaries(0, step_ms=100, **few))
+    assert dec == [] and state.gc_interval is None
+    state, dec = ctl.update(100, summaries(1, step_ms=100, **few))
     assert [d.policy for d in dec] == ["gc"] and dec[0].action == "enable"
     assert "GC pauses" in dec[0].reason and state.gc_interval == ctl.config.gc_interval
     # window 2 runs with lockstep (ON) and is clearly faster: kept after one pair
@@ -37,6 +40,14 @@ def test_gc_churn_measured_within_one_window_is_tried_at_once(summaries):
     ctl = Controller(4)
     state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=100))
     assert [d.policy for d in dec] == ["gc"] and state.gc_interval == ctl.config.gc_interval_churn
+
+
+def test_gc_on_every_rank_within_one_window_is_tried_at_once(summaries):
+    # One collection on every rank in one window: GC measured on the whole fleet, so acting one
+    # window later would only leave one more window at the slower level.
+    ctl = Controller(4)
+    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=1))
+    assert [d.policy for d in dec] == ["gc"] and state.gc_interval == ctl.config.gc_interval
 
 
 def _gc_trial_after(summaries, history: list[float]) -> list:
@@ -93,8 +104,7 @@ def test_straggler_gets_fewer_samples_with_a_reason(summaries):
     ctl = Controller(4, policies=("rebalance",))
     comp = [60.0, 90.0, 60.0, 60.0]
     last = [1.0, 45.0, 2.0, 2.0]
-    ctl.update(50, summaries(0, compute_ms=comp, last=last))
-    state, dec = ctl.update(100, summaries(1, compute_ms=comp, last=last))
+    state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))  # clear: tried at once
     assert dec[0].policy == "rebalance" and dec[0].rank == 1
     assert "rank 1 last in 90% of collectives, compute 50% above median" in dec[0].reason
     assert state.shares is not None and state.shares[1] < 0.25 < state.shares[0]
@@ -108,17 +118,42 @@ def test_one_off_triggers_start_no_trial(summaries):
     quiet = summaries(1)
     for w in range(8):
         if w % 2 == 0:
-            s = summaries(w, gc_ms=8, gc_count=3)  # every other window: not two in a row
+            # every other window, on one rank: not two in a row
+            s = summaries(w, gc_ms=[32.0, 0.0, 0.0, 0.0], gc_count=[1.0, 0.0, 0.0, 0.0])
         else:
+            # stalled for part of the window: its median compute 10% up, last in 62% of collectives
             r = w % 4
             comp = [60.0] * 4
-            comp[r] = 90.0
-            last = [1.0] * 4
-            last[r] = 45.0
+            comp[r] = 66.0
+            last = [6.0] * 4
+            last[r] = 30.0
             s = summaries(w, compute_ms=comp, last=last)
         state, dec = ctl.update((w + 1) * 50, s)
         assert dec == [] and not state.active
     assert quiet  # the fixture built windows of the same shape
+
+
+def test_a_clear_straggler_is_tried_at_once_and_its_recovery_undone_at_once(summaries):
+    """A rank last in nearly every collective of a window and far slower is tried in the next window;
+    when it recovers, the ranks that took its samples arrive last and the shares go back at once."""
+    ctl = Controller(4, policies=("rebalance",))
+    comp, last = [60.0, 90.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
+    state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    assert [d.policy for d in dec] == ["rebalance"] and state.shares is not None
+    samples = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    fast = [60.0 / 16 * n for n in samples]  # the ON window: rank 1 still slow per sample
+    fast[1] = 90.0 / 16 * samples[1]
+    state, dec = ctl.update(
+        100, summaries(1, step_ms=80, compute_ms=fast, samples=samples, last=[15.0, 5.0, 15.0, 15.0])
+    )
+    assert [d.action for d in dec] == ["keep"] and ctl.kept.shares is not None
+    # rank 1 recovers: per-sample compute equal again, the ranks with extra samples arrive last
+    rec = [60.0 / 16 * n for n in samples]
+    state, dec = ctl.update(
+        150, summaries(2, step_ms=80, compute_ms=rec, samples=samples, last=[16.0, 0.0, 16.0, 16.0])
+    )
+    assert [(d.policy, d.action) for d in dec] == [("rebalance", "enable")]
+    assert state.shares is not None and state.shares[1] > ctl.kept.shares[1]
 
 
 def test_rebalance_trial_needs_a_real_move(summaries):
@@ -208,3 +243,17 @@ def test_policies_and_config_validation():
         PacingConfig(gc_interval=0)
     with pytest.raises(ConfigError, match="unknown field 'nope'"):
         PacingConfig().with_overrides(nope=1)
+
+
+def test_memory_growth_adds_full_collections_no_more_often_than_the_floor(summaries):
+    """Lockstep young collections every step; when memory keeps growing, full lockstep collections are
+    added and made more frequent, but never more often than `gc_full_interval_min` steps."""
+    ctl = Controller(4, policies=("gc",))
+    ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=100))
+    ctl.update(100, summaries(1, step_ms=70, gc_ms=1, gc_count=50))
+    assert ctl.kept.gc_interval == 1
+    rss = 1e9
+    for w in range(2, 12):
+        rss *= 1.2
+        ctl.update(50 * (w + 1), summaries(w, step_ms=70, gc_ms=1, gc_count=50, rss=rss))
+    assert ctl.kept.gc_full_interval == ctl.config.gc_full_interval_min

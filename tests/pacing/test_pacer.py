@@ -55,17 +55,15 @@ def test_gc_lockstep_is_restored_on_close(tmp_path, summaries):
 
 def test_shares_take_effect_after_the_lag_on_every_rank(tmp_path, summaries):
     pacers = [make_pacer("rebalance", rank=r, world_size=4, run_dir=None, window=50) for r in range(4)]
+    # rank 1 is 50% slower in most steps of the window: a clear straggler, tried at once
     s = summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])
-    s1 = summaries(1, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])
     for p in pacers:
         p.on_step_end(49)
         p.on_window(49, s)
-        p.on_step_end(99)
-        p.on_window(99, s1)
     lag = pacers[0].share_lag_steps
-    for step in (100, 100 + lag - 1):
+    for step in (50, 50 + lag - 1):
         assert pacers[0].batch_counts(64, step) == [16, 16, 16, 16]
-    after = [p.batch_counts(64, 100 + lag) for p in pacers]
+    after = [p.batch_counts(64, 50 + lag) for p in pacers]
     assert all(a == after[0] for a in after) and sum(after[0]) == 64 and after[0][1] < 16
 
 

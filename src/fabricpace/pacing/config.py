@@ -24,13 +24,26 @@ class PacingConfig:
     # larger of their mean per rank and their amplified cost (a step waits for any rank's pause).
     gc_trigger_share: float = 0.03
     # Steps between lockstep young-generation collections (1 = at every step boundary, when the
-    # step's temporaries are dead; each such collection only walks what the step allocated).
-    gc_interval: int = 10
+    # step's temporaries are dead; each such collection only walks what the step allocated). Every
+    # step by default: k steps' garbage collected at once is one pause k times longer every k-th step,
+    # which raises the step-time CV by about pause·sqrt(1/k·(1-1/k)) / step, for the same GC time per
+    # step (a young collection's cost is its traversal of what was allocated, and automatic
+    # collection already runs young collections at least that often in a loop that makes garbage).
+    gc_interval: int = 1
     # When ranks see at least one automatic collection per step (Python's young generations firing
     # mid-step: object churn), collect the young generations at every step boundary instead: each
     # such collection only walks what one step allocated, so the aligned pause stays small.
     gc_interval_churn: int = 1
+    # GC across the fleet, measured within the window: when at least this share of the ranks collected
+    # in one window, a GC trigger is tried at once; GC on a few ranks only must show again in the next
+    # window. A one-off on every rank (a full collection after start-up) can then start a trial whose
+    # ON windows cost only lockstep young collections, while each window of waiting on a real GC
+    # problem runs at the slower level (and a level change inside the measured steps raises the CV).
+    gc_fleet_share: float = 0.34
     gc_interval_min: int = 1
+    # Full lockstep collections (added when memory grows) never run more often than this: each walks
+    # the whole heap.
+    gc_full_interval_min: int = 10
     gc_interval_max: int = 200
     # Memory bound: if resident memory grows more than this fraction above its level when lockstep
     # began, full lockstep collections are added (once per window, then twice as often).
@@ -41,6 +54,15 @@ class PacingConfig:
     # and together they arrive last in at least `straggler_last_share` of the collectives.
     straggler_compute_excess: float = 0.05
     straggler_last_share: float = 0.5
+    # A straggler this clear within one window — its per-step *median* compute per sample at least
+    # this much above the fleet's median (so it was slow in most of the window's steps, not stalled in
+    # a few) — is tried at once; a weaker one must persist for `trigger_windows` windows. Every window
+    # spent before acting is a window at the old, slower level.
+    straggler_clear_excess: float = 0.15
+    # The same for a further move of kept shares: a predicted saving of at least this share of step
+    # time, with the ranks that would give up samples last in `straggler_last_share` (e.g. the
+    # straggler recovered and the ranks that took its samples now hold everyone up).
+    rebalance_clear_gain: float = 0.06
     # Adjust shares only when the predicted compute-critical-path saving is at least this large.
     rebalance_min_gain: float = 0.03
     # Move at most this fraction of the gap to the speed-proportional shares per window (damping).

@@ -48,6 +48,7 @@ class Fleet:
     rss: float
     steps: float  # steps in the window
     gc_per_step: float  # automatic collections per rank and step (median over ranks)
+    gc_ranks: float  # share of the ranks that collected at least once in the window
 
 
 def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
@@ -90,6 +91,7 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         rss=float(np.max(col["rss_bytes"])),
         steps=steps,
         gc_per_step=float(np.median(col["gc_count"])) / steps,
+        gc_ranks=float(np.mean(col["gc_count"] > 0)),
     )
 
 
@@ -322,7 +324,7 @@ class Controller:
             growth = fleet.rss / self._gc_rss_ref - 1.0
             # Lockstep young collections never free garbage that was promoted; when resident memory
             # grows, add lockstep full collections (once per window first, then twice as often).
-            full_min = max(c.gc_interval_min, k.gc_interval)
+            full_min = max(c.gc_full_interval_min, k.gc_interval)
             if growth > c.gc_rss_growth_limit and (k.gc_full_interval or full_min + 1) > full_min:
                 cur_full = k.gc_full_interval
                 new = max(full_min, cur_full // 2) if cur_full else max(full_min, int(fleet.steps))
@@ -382,6 +384,9 @@ class Controller:
     def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         c, k, w = self.config, self.kept, fleet.window
         candidates: list[tuple[float, str, PacingState, str, int]] = []
+        # Triggers that fired in this window but are not yet persistent: they join a trial that starts
+        # anyway (its control windows are paid already), instead of waiting behind it.
+        waiting: list[tuple[float, str, PacingState, str, int]] = []
 
         def ready(policy: str) -> bool:
             return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
@@ -395,17 +400,13 @@ class Controller:
             self._streak[key] = (w, n)
             return n >= c.trigger_windows
 
-        # With at least one collection per rank and step (object churn: dozens per window), the GC
-        # cost is a rate measured within the window; with a few collections it may be a one-off (a
-        # full collection after start-up), so the trigger must also fire in the next window.
-        if (
-            ready("gc")
-            and k.gc_interval is None
-            and fleet.gc_share >= c.gc_trigger_share
-            and (persistent("gc") or fleet.gc_per_step >= 1.0)
-        ):
+        # GC measured across the fleet within the window (a good share of the ranks collected, or
+        # object churn: one or more collections per rank and step) is tried at once; GC on a few
+        # ranks only may be a one-off and must also fire in the next window.
+        if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
+            ok = persistent("gc") or fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0
             interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
-            candidates.append(
+            (candidates if ok else waiting).append(
                 (
                     fleet.gc_share,
                     "gc",
@@ -426,8 +427,11 @@ class Controller:
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
                 new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
-                # The same slow group in consecutive windows: a persistent straggler.
-                if gain >= c.rebalance_min_gain and persistent(f"rebalance:{_fmt_ranks(slow)}"):
+                # The same slow group in consecutive windows: a persistent straggler; or one so clear
+                # within this window (slow in most of its steps, by far) that waiting only costs.
+                clear = float(excess[slow].min()) >= c.straggler_clear_excess
+                if gain >= c.rebalance_min_gain:
+                    ok = persistent(f"rebalance:{_fmt_ranks(slow)}") or clear
                     r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
                     who = f"rank {r}" if slow.size == 1 else f"ranks {_fmt_ranks(slow)}"
@@ -436,20 +440,31 @@ class Controller:
                         f"{who} {arr}compute {excess[r] * 100:.0f}% above median: "
                         f"moving {moved * 100:.0f}% of rank {r}'s samples"
                     )
-                    candidates.append(
+                    (candidates if ok else waiting).append(
                         (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                     )
         if ready("rebalance") and k.shares is not None and cps_ok:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
             new, gain = self._rebalance_target(fleet, cur)
-            if gain >= c.rebalance_min_gain and persistent("rebalance-adjust"):
+            # Clear within one window: a large predicted saving, and the ranks that would give up
+            # samples are the ones the others wait for (e.g. a straggler recovered, and the ranks that
+            # took its samples now arrive last in nearly every collective).
+            losing = np.flatnonzero(new < cur - 1e-9)
+            clear = (
+                fleet.has_arrivals
+                and losing.size > 0
+                and float(fleet.last_share[losing].sum()) >= c.straggler_last_share
+                and gain >= c.rebalance_clear_gain
+            )
+            if gain >= c.rebalance_min_gain:
+                ok = persistent("rebalance-adjust") or clear
                 r = int(np.argmax(fleet.cps))
                 reason = (
                     f"compute still uneven (rank {r} slowest per sample): trying shares "
                     f"{_fmt_shares(new, self.world_size)}, predicted {gain * 100:.1f}% shorter steps"
                 )
-                candidates.append(
+                (candidates if ok else waiting).append(
                     (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                 )
         if (
@@ -489,8 +504,10 @@ class Controller:
         if not candidates:
             return
         # Candidates found in the same window are tried together (one trial instead of several: the
-        # guard's control windows are the cost of acting). A bundle that fails is not retried as a
-        # bundle: its policies come back one at a time, most severe first.
+        # guard's control windows are the cost of acting), with the triggers still waiting for their
+        # second window. A bundle that fails is not retried as a bundle: its policies come back one at
+        # a time, most severe first.
+        candidates += waiting
         candidates.sort(key=lambda t: -t[0])
         if self._bundle_failed:
             candidates = candidates[:1]
