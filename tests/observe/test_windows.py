@@ -114,3 +114,23 @@ def test_batch_finalize_matches_per_step_definition():
         expected.append((wait, comm, max(0, 9000 - wait - 10 - 20 - 30)))
     rows, _ = finalize(records)
     assert [(r[4], r[5], r[3]) for r in rows] == expected
+
+
+def test_cross_rank_aligned_slots_path_equals_general_matching():
+    # Same instances in the same slots on every rank (the lock-step case, read column-wise) vs the
+    # same instances shuffled on one rank (matched by key): identical summaries, ties included.
+    rng = np.random.default_rng(0)
+    world, slots = 4, 32
+    m = np.zeros((world, NF + 4 * slots))
+    for r in range(world):
+        b = m[r, NF:].reshape(4, slots)
+        b[0, :20] = group_id("ddp:world")
+        b[1, :20] = np.arange(20) + 7
+        b[1, 20:] = -1
+        b[2, :20] = rng.integers(0, 50, 20)  # coarse values: ties between ranks happen
+        b[3, :20] = 2000 + rng.integers(0, 100, 20)
+    shuffled = m.copy()
+    blk = shuffled[1, NF:].reshape(4, slots)
+    blk[:, :20] = blk[:, :20][:, ::-1]
+    for a, b in zip(cross_rank(m, slots), cross_rank(shuffled, slots), strict=True):
+        assert np.array_equal(a.to_array(), b.to_array())

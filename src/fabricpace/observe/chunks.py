@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from fabricpace.observe._guard import Guard
-from fabricpace.observe.recorder import Colls
+from fabricpace.observe.recorder import merge_parts
 from fabricpace.run.schema import TABLES
 from fabricpace.run.writer import write_table_atomic
 
@@ -71,8 +71,9 @@ def steps_table(rank: int, rows: Any, base_ns: int) -> pa.Table:
 
 
 def collectives_table(rank: int, rows: Any, base_ns: int) -> pa.Table:
-    """Collectives part from ``recorder.Colls`` (or row tuples); never-completed exits are null."""
-    c = rows if isinstance(rows, Colls) else Colls.from_rows(list(rows))
+    """Collectives part from recorder parts (``Colls``/``RoundsBlock``, expanded here on the writer
+    thread) or row tuples; never-completed exits are null."""
+    c = merge_parts(rows)
     done = c.done
     return _table(
         "collectives",
@@ -102,6 +103,12 @@ def ops_table(rank: int, rows: list[tuple[Any, ...]], base_ns: int) -> pa.Table:
             "dur_ns": pa.array(np.asarray(dur, dtype=np.int64)),
         },
     )
+
+
+def _nrows(rows: Any) -> int:
+    if isinstance(rows, list) and rows and not isinstance(rows[0], tuple):
+        return sum(len(p) for p in rows)  # recorder parts
+    return len(rows)
 
 
 _BUILDERS = {"steps": steps_table, "collectives": collectives_table, "ops": ops_table}
@@ -141,7 +148,7 @@ class ChunkSink:
             return
         try:
             for name, rows in chunk.items():
-                if len(rows) == 0:
+                if _nrows(rows) == 0:
                     continue
                 table = _BUILDERS[name](self.rank, rows, base_ns)
                 path = self.run_dir / name / f"rank-{self.rank:05d}" / f"part-{self.parts[name]:06d}.parquet"

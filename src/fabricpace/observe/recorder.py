@@ -100,6 +100,17 @@ class Colls:
                 for s, q, g, o, b, e, x, d in zip(self.step, self.seq, self.group, self.op, self.nbytes,
                                                    self.enter, self.exit, self.done, strict=True)]
 
+    def completed(self) -> int:
+        return int(self.done.sum())
+
+    def tail(self, slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(group codes, seq, enter, exit) of the last ``slots`` completed rows."""
+        idx = np.flatnonzero(self.done)[-slots:]
+        return self.group[idx], self.seq[idx], self.enter[idx], self.exit[idx]
+
+    def colls(self) -> Colls:
+        return self
+
     @staticmethod
     def concat(parts: list[Colls]) -> Colls:
         if len(parts) == 1:
@@ -112,6 +123,72 @@ class Colls:
 
         return Colls(cat("step"), cat("seq"), cat("group"), cat("op"), cat("nbytes"), cat("enter"),
                      cat("exit"), cat("done"), names)
+
+
+@dataclass
+class RoundsBlock:
+    """Bucket rounds of steps that each had exactly one synchronized backward and nothing else —
+    the hook-free probe's steady state — kept as an (n × buckets) block of arrival stamps plus the
+    end of each backward. Rows are expanded (``colls``) only when a chunk is written, on the writer
+    thread; the window summary reads just its tail."""
+
+    step: np.ndarray  # (n,)
+    seq0: int  # seq of the first bucket of the first round; consecutive after that
+    enter: np.ndarray  # (n, nb) arrival stamps
+    end: np.ndarray  # (n,) end of each backward
+    nbytes: tuple[int, ...]
+    group: int  # code into names
+    op: int
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.enter.size)
+
+    def completed(self) -> int:
+        return int(self.enter.size)
+
+    def _exit(self) -> np.ndarray:
+        exit_ = self.enter.copy()
+        exit_[:, -1] = self.end  # markers except the last bucket, which spans to the end of backward
+        return exit_
+
+    def tail(self, slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        nb = self.enter.shape[1]
+        rounds = -(-slots // nb)
+        enter = self.enter[-rounds:]
+        exit_ = enter.copy()
+        exit_[:, -1] = self.end[-rounds:]
+        size = self.enter.size
+        first = size - enter.size
+        seq = self.seq0 + np.arange(first, size, dtype=np.int64)
+        enter_f, exit_f = enter.ravel()[-slots:], exit_.ravel()[-slots:]
+        return np.full(enter_f.size, self.group, dtype=np.int32), seq[-slots:], enter_f, exit_f
+
+    def colls(self) -> Colls:
+        n, nb = self.enter.shape
+        size = n * nb
+        return Colls(np.repeat(self.step, nb), self.seq0 + np.arange(size, dtype=np.int64),
+                     np.full(size, self.group, dtype=np.int32), np.full(size, self.op, dtype=np.int32),
+                     np.tile(np.asarray(self.nbytes, dtype=np.int64), n), self.enter.ravel().copy(),
+                     self._exit().ravel(), np.ones(size, dtype=bool), self.names)
+
+
+Part = Colls | RoundsBlock
+
+# raw record column -> finalized step column (data, gc, gc_count, paced, samples move places)
+_SRC = [0, 1, 2, 3, 4, 6, 7, 5]
+_DST = [0, 1, 2, 6, 7, 8, 9, 10]
+
+
+def _steps_simple(raw: np.ndarray, wait: np.ndarray | int, comm: np.ndarray | int) -> np.ndarray:
+    """Finalized step rows from raw records when wait and comm per step are already known."""
+    out = np.empty((raw.shape[0], len(STEP_FIELDS)), dtype=np.int64)
+    out[:, _DST] = raw[:, _SRC]
+    out[:, 4] = wait
+    out[:, 5] = comm
+    # compute = step - wait - data - gc - paced, never negative
+    np.maximum(raw[:, 2] - raw[:, 1] - out[:, 4] - raw[:, 3] - raw[:, 4] - raw[:, 6], 0, out=out[:, 3])
+    return out
 
 
 def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.ndarray, enter: np.ndarray,
@@ -212,8 +289,8 @@ class Recorder:
         self._rounds: list[_Rounds] = []
         self.op_rows: list[tuple[Any, ...]] = []  # (step, op, t_start, dur)
         # Finalized batches waiting for the writer (chunks) and the window summary.
-        self._chunk: list[tuple[np.ndarray, Colls]] = []
-        self._win: list[tuple[np.ndarray, Colls]] = []
+        self._chunk: list[tuple[np.ndarray, Part]] = []
+        self._win: list[tuple[np.ndarray, Part]] = []
 
     # ---- collectives (any thread) ----
     def enter(self, group: str, op: str, nbytes: int, blocking: bool) -> list[Any]:
@@ -295,12 +372,49 @@ class Recorder:
             self._names.append(name)
         return code
 
+    def _drain_simple(self, raw: np.ndarray) -> Part | None:
+        """The common cases in a dozen numpy calls: no collective at all, or exactly one probe round
+        per step and nothing else. None = use the general path."""
+        if self._gen:
+            return None
+        busy = [r for r in self._rounds if r.buf]
+        if not busy:
+            self._add(_steps_simple(raw, 0, 0), Colls.empty(tuple(self._names)))
+            return self._chunk[-1][1]
+        r = busy[0]
+        nb = len(r.nbytes)
+        n = raw.shape[0]
+        if len(busy) > 1 or len(r.buf) != n * (nb + 1) or None in r.buf:
+            return None
+        arr = np.array(r.buf, dtype=np.int64).reshape(n, nb + 1)
+        end = arr[:, nb]
+        if ((end - raw[:, 1]) | (raw[:, 2] - end)).min() < 0:  # a round outside its step: general path
+            return None
+        r.buf.clear()
+        enter = arr[:, :nb]
+        last_in = enter.max(axis=1)
+        # DESIGN.md wait/comm for arrival markers plus one row spanning last arrival -> end of backward.
+        wait = np.maximum(end, last_in) - last_in
+        comm = np.maximum(end - enter[:, nb - 1], 0)
+        seq0 = self._seqs.get(r.group, 0)
+        self._seqs[r.group] = seq0 + n * nb
+        block = RoundsBlock(raw[:, 0].copy(), seq0, enter, end, tuple(r.nbytes), self._code(r.group),
+                            self._code("all_reduce"), tuple(self._names))
+        self._add(_steps_simple(raw, wait, comm), block)
+        return block
+
+    def _add(self, steps: np.ndarray, part: Part) -> None:
+        self._chunk.append((steps, part))
+        self._win.append((steps, part))
+
     def drain(self) -> None:
         """Finalize ended steps into columns (main thread; at flush and window time)."""
         if not self._raw:
             return
         raw_list, self._raw = self._raw, []
         raw = np.array(raw_list, dtype=np.int64).reshape(-1, _RAW)
+        if self._drain_simple(raw) is not None:
+            return
         gen, self._gen = self._gen, []
         # Generic records -> columns.
         pos = {s: i for i, s in enumerate(raw[:, 0].tolist())} if gen else {}
@@ -371,29 +485,27 @@ class Recorder:
             z = np.zeros(0, dtype=np.int64)
             steps = finalize_raw(raw, z, z, z, np.zeros(0, dtype=bool))
             colls = Colls.empty(names)
-        self._chunk.append((steps, colls))
-        self._win.append((steps, colls))
+        self._add(steps, colls)
 
     def phase(self, name: str, t_start: int, dur: int) -> None:
         self.op_rows.append((self.step, name, t_start, dur))
 
     # ---- hand-off (main thread) ----
     @staticmethod
-    def _join(parts: list[tuple[np.ndarray, Colls]]) -> tuple[np.ndarray, Colls]:
+    def _join(parts: list[tuple[np.ndarray, Part]]) -> tuple[np.ndarray, list[Part]]:
         if not parts:
-            return _EMPTY_STEPS, Colls.empty()
-        if len(parts) == 1:
-            return parts[0]
-        return np.concatenate([p[0] for p in parts]), Colls.concat([p[1] for p in parts])
+            return _EMPTY_STEPS, []
+        steps = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        return steps, [p[1] for p in parts]
 
-    def take_chunk(self) -> tuple[np.ndarray, Colls, list[tuple[Any, ...]]]:
-        """Finalized steps, collectives and op rows since the last chunk, for the writer."""
+    def take_chunk(self) -> tuple[np.ndarray, list[Part], list[tuple[Any, ...]]]:
+        """Finalized steps, collective parts and op rows since the last chunk, for the writer."""
         self.drain()
         steps, colls = self._join(self._chunk)
         ops, self._chunk, self.op_rows = self.op_rows, [], []
         return steps, colls, ops
 
-    def take_window(self) -> tuple[np.ndarray, Colls]:
+    def take_window(self) -> tuple[np.ndarray, list[Part]]:
         self.drain()
         out = self._join(self._win)
         self._win = []
@@ -407,4 +519,37 @@ class Recorder:
 
     @property
     def coll_rows(self) -> list[tuple[Any, ...]]:
-        return [r for p in self._chunk for r in p[1].rows()]
+        return [r for p in self._chunk for r in p[1].colls().rows()]
+
+
+def merge_parts(parts: Any) -> Colls:
+    """One ``Colls`` from collective parts (a list of Colls / RoundsBlock, one of them, or row tuples)."""
+    if isinstance(parts, (Colls, RoundsBlock)):
+        return parts.colls()
+    items = list(parts)
+    if not items:
+        return Colls.empty()
+    if not isinstance(items[0], (Colls, RoundsBlock)):
+        return Colls.from_rows(items)
+    return Colls.concat([p.colls() for p in items])
+
+
+def tail_parts(parts: list[Part], slots: int) -> tuple[int, tuple[np.ndarray, ...] | None, tuple[str, ...]]:
+    """(completed rows, (codes, seq, enter, exit) of the last ``slots`` of them, names) over parts."""
+    total = sum(p.completed() for p in parts)
+    names = max((p.names for p in parts), key=len, default=())
+    tails: list[tuple[np.ndarray, ...]] = []
+    need = slots
+    for p in reversed(parts):
+        if need <= 0:
+            break
+        t = p.tail(need)
+        if t[0].size:
+            tails.append(t)
+            need -= t[0].size
+    if not tails:
+        return total, None, names
+    if len(tails) == 1:
+        return total, tails[0], names
+    tails.reverse()
+    return total, tuple(np.concatenate([t[i] for t in tails]) for i in range(4)), names

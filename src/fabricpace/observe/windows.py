@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricpace.observe.recorder import Colls
+from fabricpace.observe.recorder import Colls, RoundsBlock, tail_parts
 from fabricpace.run.window import WINDOW_FIELDS, WindowSummary
 
 NF = len(WINDOW_FIELDS)
@@ -75,7 +75,11 @@ def local_vector(
     block = vec[NF:].reshape(4, slots)
     block[1, :] = -1.0  # seq = -1 marks an empty slot
     s = np.asarray(steps, dtype=np.float64).reshape(-1, 11)
-    c = colls if isinstance(colls, Colls) else Colls.from_rows(list(colls))
+    if isinstance(colls, (Colls, RoundsBlock)):
+        parts: list[Any] = [colls]
+    else:
+        items = list(colls)
+        parts = items if items and isinstance(items[0], (Colls, RoundsBlock)) else [Colls.from_rows(items)]
     n = s.shape[0]
     f = vec[:NF]
     f[_F["rank"]], f[_F["window"]], f[_F["steps"]], f[_F["rss_bytes"]] = rank, window, n, rss_bytes()
@@ -100,16 +104,16 @@ def local_vector(
         f[_F["gc_count"]] = s[:, _GCC].sum()
         f[_F["paced_mean_ns"]] = mean[_PACED]
         f[_F["samples_mean"]] = mean[_SAMPLES]
-    done = np.flatnonzero(c.done)
-    f[_F["collectives"]] = done.size
-    tail = done[-slots:]
-    if tail.size:
-        k = tail.size
-        gids = np.array([group_id(name) for name in c.names], dtype=np.float64)
-        block[0, :k] = gids[c.group[tail]]
-        block[1, :k] = c.seq[tail]
-        block[2, :k] = (c.enter[tail] - base_ns).astype(np.float64)
-        block[3, :k] = (c.exit[tail] - base_ns).astype(np.float64)
+    total, tail, names = tail_parts(parts, slots)
+    f[_F["collectives"]] = total
+    if tail is not None:
+        codes, seq, enter, exit_ = tail
+        k = seq.size
+        gids = np.array([group_id(name) for name in names], dtype=np.float64)
+        block[0, :k] = gids[codes]
+        block[1, :k] = seq
+        block[2, :k] = enter - base_ns
+        block[3, :k] = exit_ - base_ns
     return vec
 
 
@@ -124,7 +128,17 @@ def cross_rank(matrix: np.ndarray, slots: int) -> list[WindowSummary]:
     compared: np.ndarray = np.zeros(world)
     transfer: np.ndarray = np.zeros(world)
     skew: np.ndarray = np.zeros(world)
-    if valid.any():
+    if world >= 2 and valid[0].any() and (gid == gid[0]).all() and (seq == seq[0]).all():
+        # The usual case: every rank shipped the same instances in the same slots (lock-step DDP
+        # buckets), so slot j is one instance everywhere — column reductions, no matching needed.
+        cols = valid[0]
+        ent, ext = enter[:, cols], exit_[:, cols]
+        max_enter = ent.max(axis=0)
+        last = np.bincount(ent.argmax(axis=0), minlength=world).astype(np.float64)  # lowest rank on ties
+        compared = np.full(world, float(cols.sum()))
+        transfer = np.full(world, float(np.maximum(0.0, ext.min(axis=0) - max_enter).sum()))
+        skew = (max_enter - ent).sum(axis=1)
+    elif valid.any():
         ranks = np.broadcast_to(np.arange(world)[:, None], seq.shape)[valid]
         key = gid[valid].astype(np.int64) * (1 << 32) + seq[valid].astype(np.int64)
         ent, ext = enter[valid], exit_[valid]
