@@ -401,10 +401,14 @@ class Controller:
             return n >= c.trigger_windows
 
         # GC measured across the fleet within the window (a good share of the ranks collected, or
-        # object churn: one or more collections per rank and step) is tried at once; GC on a few
-        # ranks only may be a one-off and must also fire in the next window.
+        # object churn: one or more collections per rank and step) and costing twice the trigger is
+        # tried at once; GC on a few ranks only, or near the trigger, must also fire in the next window
+        # (on a loaded host a single window near the trigger is often noise).
         if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
-            ok = persistent("gc") or fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0
+            clear = fleet.gc_share >= c.gc_clear_share and (
+                fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0
+            )
+            ok = persistent("gc") or clear
             interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
             (candidates if ok else waiting).append(
                 (
