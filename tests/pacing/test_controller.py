@@ -48,11 +48,12 @@ def test_gc_on_every_rank_within_one_window_is_tried_at_once(summaries):
     ctl = Controller(4)
     state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=1))
     assert [d.policy for d in dec] == ["gc"] and state.gc_interval == ctl.config.gc_interval
-    # near the trigger (4% of step time, under twice the trigger) one window is not enough
+    # near the trigger (one 50 ms pause per rank: 3.8% amplified, under twice the trigger) one window
+    # is not enough
     ctl = Controller(4)
-    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=4, gc_count=1))
+    state, dec = ctl.update(50, summaries(0, step_ms=100, gc_ms=1, gc_count=1))
     assert dec == [] and state.gc_interval is None
-    state, dec = ctl.update(100, summaries(1, step_ms=100, gc_ms=4, gc_count=1))
+    state, dec = ctl.update(100, summaries(1, step_ms=100, gc_ms=1, gc_count=1))
     assert [d.policy for d in dec] == ["gc"]
 
 

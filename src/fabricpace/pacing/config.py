@@ -35,10 +35,11 @@ class PacingConfig:
     # such collection only walks what one step allocated, so the aligned pause stays small.
     gc_interval_churn: int = 1
     # GC across the fleet, measured within the window: when at least this share of the ranks collected
-    # in one window and GC costs at least `gc_clear_share`, a GC trigger is tried at once; GC on a few ranks only must show again in the next
-    # window. A one-off on every rank (a full collection after start-up) can then start a trial whose
-    # ON windows cost only lockstep young collections, while each window of waiting on a real GC
-    # problem runs at the slower level (and a level change inside the measured steps raises the CV).
+    # in one window and GC costs at least `gc_clear_share`, a GC trigger is tried at once; GC on a few
+    # ranks only (or near the trigger) must show again in the next window. A one-off on every rank (a
+    # full collection after start-up) can then start a trial whose ON windows cost only lockstep young
+    # collections, while each window of waiting on a real GC problem runs at the slower level (and a
+    # level change inside the measured steps raises the run's step-time CV).
     gc_fleet_share: float = 0.34
     # ...and costs at least this share of step time (twice the trigger: clear within one window).
     gc_clear_share: float = 0.06
