@@ -19,6 +19,7 @@ the cross-rank fields of every summary identically (so every pacer takes the sam
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from typing import Any
 
@@ -81,31 +82,36 @@ def local_vector(
         items = list(colls)
         parts = items if items and isinstance(items[0], (Colls, RoundsBlock)) else [Colls.from_rows(items)]
     n = s.shape[0]
-    f = vec[:NF]
-    f[_F["rank"]], f[_F["window"]], f[_F["steps"]], f[_F["rss_bytes"]] = rank, window, n, rss_bytes()
+    # Few numpy calls, then Python floats: at a window boundary numpy's code is cold after the
+    # training step, and each distinct call costs several µs there (measured), far more than its work.
+    vals = [0.0] * NF
+    vals[_F["rank"]], vals[_F["window"]], vals[_F["steps"]] = rank, window, n
+    vals[_F["rss_bytes"]] = rss_bytes()
     if n:
         dur = s[:, _T1] - s[:, _T0]
         # Three medians from one sort (np.median per column costs ~5x more in Python overhead).
         srt = np.sort(np.stack([dur, s[:, _COMPUTE], s[:, _SAMPLES]]), axis=1)
-        med = (srt[:, (n - 1) // 2] + srt[:, n // 2]) * 0.5
-        mean = s.mean(axis=0)
-        dur_mean = dur.mean()
-        f[_F["first_step"]] = s[0, _STEP]
-        f[_F["step_mean_ns"]] = dur_mean
-        f[_F["step_median_ns"]] = med[0]
+        lo, hi = srt[:, (n - 1) // 2].tolist(), srt[:, n // 2].tolist()
+        med = [(a + b) * 0.5 for a, b in zip(lo, hi, strict=True)]
+        sums = s.sum(axis=0).tolist()
+        dur_mean = (sums[_T1] - sums[_T0]) / n
         dev = dur - dur_mean
-        f[_F["step_std_ns"]] = np.sqrt(np.dot(dev, dev) / n)
-        f[_F["compute_median_ns"]] = med[1]
-        f[_F["compute_per_sample_ns"]] = med[1] / med[2] if med[2] > 0 else 0.0
-        f[_F["wait_mean_ns"]] = mean[_WAIT]
-        f[_F["comm_mean_ns"]] = mean[_COMM]
-        f[_F["data_mean_ns"]] = mean[_DATA]
-        f[_F["gc_mean_ns"]] = mean[_GC]
-        f[_F["gc_count"]] = s[:, _GCC].sum()
-        f[_F["paced_mean_ns"]] = mean[_PACED]
-        f[_F["samples_mean"]] = mean[_SAMPLES]
+        vals[_F["first_step"]] = float(s[0, _STEP])
+        vals[_F["step_mean_ns"]] = dur_mean
+        vals[_F["step_median_ns"]] = med[0]
+        vals[_F["step_std_ns"]] = math.sqrt(float(np.dot(dev, dev)) / n)
+        vals[_F["compute_median_ns"]] = med[1]
+        vals[_F["compute_per_sample_ns"]] = med[1] / med[2] if med[2] > 0 else 0.0
+        vals[_F["wait_mean_ns"]] = sums[_WAIT] / n
+        vals[_F["comm_mean_ns"]] = sums[_COMM] / n
+        vals[_F["data_mean_ns"]] = sums[_DATA] / n
+        vals[_F["gc_mean_ns"]] = sums[_GC] / n
+        vals[_F["gc_count"]] = sums[_GCC]
+        vals[_F["paced_mean_ns"]] = sums[_PACED] / n
+        vals[_F["samples_mean"]] = sums[_SAMPLES] / n
     total, tail, names = tail_parts(parts, slots)
-    f[_F["collectives"]] = total
+    vals[_F["collectives"]] = total
+    vec[:NF] = vals
     if tail is not None:
         codes, seq, enter, exit_ = tail
         k = seq.size
