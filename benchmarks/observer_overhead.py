@@ -73,6 +73,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                         "instrumentation), to split the default's cost between step bookkeeping and probe")
     p.add_argument("--auto-arm", action=argparse.BooleanOptionalAction, default=True,
                    help="an arm with the observer's default mode and pacing='auto' (default on)")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="only the CPU-time measurement (1-rank DDP, per arm, all threads) and the chunk "
+                        "cost: robust to load, ~1-2 minutes")
+    p.add_argument("--cpu-reps", type=int, default=15,
+                   help="interleaved blocks per arm for the CPU measurement (default 15)")
     p.add_argument("--save", default="", help="also save the per-cycle step times (JSON) to this file")
     p.add_argument("--pool", nargs="+", default=[], metavar="FILE",
                    help="analyze the cycles of runs saved with --save (same configuration) together")
@@ -271,9 +276,10 @@ def hot_path_cost_ns(buckets: int, *, steps: int = 200, reps: int = 15) -> dict[
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         models = {"without": replica()}
         observers = {}
-        for arm, mode in (("with", "auto"), ("hook", "hook"), ("auto", "auto")):
+        for arm, mode in (("with", "auto"), ("hook", "hook"), ("auto", "auto"), ("steps", "auto")):
             models[arm] = replica()
-            observers[arm] = observe(models[arm], Path(tmp) / arm, pacing="auto" if arm == "auto" else "off",
+            observers[arm] = observe(None if arm == "steps" else models[arm], Path(tmp) / arm,
+                                     pacing="auto" if arm == "auto" else "off",
                                      config=ObserverConfig(status_line=False, ddp_instrumentation=mode))
 
         def block(arm: str) -> int:
@@ -296,8 +302,11 @@ def hot_path_cost_ns(buckets: int, *, steps: int = 200, reps: int = 15) -> dict[
             for arm in models:
                 times[arm].append(block(arm))
         best = {arm: min(v) for arm, v in times.items()}
+        base = np.asarray(times["without"], dtype=np.float64)
         for arm, obs in observers.items():
             out[arm] = (best[arm] - best["without"]) / steps
+            # Also the median of the per-rep paired differences (blocks run back to back).
+            out[f"{arm}_paired"] = float(np.median(np.asarray(times[arm], dtype=np.float64) - base)) / steps
             out[f"{arm}_mode"] = obs.ddp_mode  # type: ignore[assignment]
             obs.close()
         out["step_ns"] = best["without"] / steps
@@ -306,19 +315,25 @@ def hot_path_cost_ns(buckets: int, *, steps: int = 200, reps: int = 15) -> dict[
 
 
 def chunk_cost_ns(steps: int, buckets: int, n: int = 20) -> float:
-    """CPU time to build and atomically write one chunk (steps + collectives parts), ns."""
+    """CPU time to build and atomically write one chunk (steps + collectives parts) as the observer's
+    writer thread does in the default mode (bucket rows expanded from the probe's round block), ns."""
     from fabricpace.observe._guard import Guard
     from fabricpace.observe.chunks import ChunkSink
+    from fabricpace.observe.recorder import RoundsBlock
 
-    rows = [(i, i * 100, i * 100 + 90, 5, 3, 2, 0, 0, 0, 8, 0) for i in range(steps)]
-    colls = [(i // buckets, i, "ddp:world", "all_reduce", 1000, i * 10, i * 10 + 5)
-             for i in range(steps * buckets)]
+    t = np.arange(steps, dtype=np.int64) * 1_000_000
+    rows = np.zeros((steps, 11), dtype=np.int64)
+    rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 9] = np.arange(steps), t, t + 900_000, 8
+    enter = t[:, None] + 500_000 + 10_000 * np.arange(buckets)[None, :]
+    block = RoundsBlock(rows[:, 0].copy(), 0, enter, t + 800_000, tuple([1000] * buckets), 0, 1,
+                        ("ddp:world", "all_reduce"))
+    chunk = {"steps": rows, "collectives": [block], "ops": []}
     with tempfile.TemporaryDirectory() as tmp:
         sink = ChunkSink(Path(tmp), 0, Guard(0), threaded=False)
-        sink.submit({"steps": rows, "collectives": colls}, 0)  # warm-up (imports, first file)
+        sink.submit(chunk, 0)  # warm-up (imports, first file)
         t0 = time.process_time_ns()
         for _ in range(n):
-            sink.submit({"steps": rows, "collectives": colls}, 0)
+            sink.submit(chunk, 0)
         return (time.process_time_ns() - t0) / n
 
 
@@ -368,6 +383,9 @@ def main() -> None:
         return
     t_start = time.time()
     load_before = _loadavg()
+    if a.cpu_only:
+        _cpu_only(a, t_start, load_before)
+        return
     if a.pool:
         step, res, load_before, load_after = _pooled(a)
     else:
@@ -477,6 +495,29 @@ def main() -> None:
     _print_pacing(res.get("pacing"))
     if any(res["failures"].values()):
         print(f"  observer failures: {res['failures']}")
+
+
+def _cpu_only(a: argparse.Namespace, t_start: float, load_before: str) -> None:
+    """``--cpu-only``: CPU per step per arm (all threads of the process), and the writer's chunk cost."""
+    from fabricpace.observe import ObserverConfig
+
+    buckets = 4
+    hot = hot_path_cost_ns(buckets, reps=a.cpu_reps)
+    defaults = ObserverConfig()
+    print(f"observer CPU per step, 1-rank gloo DDP ({buckets} buckets, tiny model: step "
+          f"{hot['step_ns'] / 1e3:.0f} us CPU), {a.cpu_reps} interleaved blocks of 200 steps per arm, "
+          f"process CPU time (all threads); load average {load_before} / {_loadavg()}")
+    for arm in ("with", "steps", "auto", "hook"):
+        print(f"  {arm:<5} ({hot[arm + '_mode'] or 'no model'}): best-of minus best-of "
+              f"{hot[arm] / 1e3:6.1f} us | median of paired block differences "
+              f"{hot[arm + '_paired'] / 1e3:6.1f} us")
+    for step_ms in (25.0, 100.0):
+        chunk_steps = max(float(defaults.flush_every), defaults.flush_interval_s * 1e3 / step_ms)
+        ns = chunk_cost_ns(int(chunk_steps), buckets)
+        print(f"  chunk writer thread at {step_ms:.0f} ms steps: {ns / 1e6:.2f} ms CPU per chunk of "
+              f"{chunk_steps:.0f} steps (one per {defaults.flush_interval_s:.0f} s) = "
+              f"{ns / chunk_steps / 1e3:.1f} us/step")
+    print(f"  ({time.time() - t_start:.0f} s)")
 
 
 def _print_pacing(pacing: Any) -> None:
