@@ -206,3 +206,50 @@ def test_side_channel_waits_do_not_block_the_jobs_store(gloo_world1):
 
     assert main_thread_op_seconds(private) < 0.5
     assert main_thread_op_seconds(shared) > 0.5  # why: the shared client would have stalled it
+
+
+def test_event_timeline_probe_records_like_the_host_clock_path(gloo_world1, tmp_path):
+    # The CUDA path (stamps are device events resolved later) keeps per-collective records; the host
+    # path appends whole backwards to a flat round buffer. Same rows (fake device, no GPU here).
+    from fabricpace import load_run
+    from fabricpace.observe import Observer
+    from fabricpace.observe.clocks import CpuClock, FakeEventSource
+
+    runs = {}
+    for name, source in (("host", None), ("events", FakeEventSource(CpuClock().now, lag_ns=200_000))):
+        model = _ddp()
+        obs = Observer(model, tmp_path / name, config=CFG, event_source=source)
+        with obs:
+            for _ in range(6):
+                with obs.step(samples=4):
+                    model(torch.randn(4, 16)).sum().backward()
+            assert obs._probe._flat is (source is None)
+        assert obs.failures == {}
+        runs[name] = load_run(obs.run_dir)
+    host, events = runs["host"], runs["events"]
+    assert host.steps.height == events.steps.height == 6
+    cols = ["step", "seq", "group", "op", "bytes"]
+    assert host.collectives.select(cols).equals(events.collectives.select(cols))
+    last = host.collectives.filter(host.collectives["t_exit_ns"] > host.collectives["t_enter_ns"])
+    assert last.height == 4 and (host.steps.filter(host.steps["step"] >= 2)["comm_ns"] > 0).all()
+
+
+def test_probe_rearms_when_a_backwards_final_callbacks_never_ran(gloo_world1, tmp_path):
+    # A backward that raised after a bucket hook fired leaves the probe "armed" with no final
+    # callback to come (DDP itself cannot continue after that, but the probe must not go silent
+    # if the job does): the step end notices and re-arms, so later backwards are recorded again.
+    from fabricpace import load_run
+    from fabricpace.observe import observe
+
+    model = _ddp()
+    with observe(model, tmp_path / "r", config=CFG) as obs:
+        for step in range(8):
+            with obs.step(samples=4):
+                model(torch.randn(4, 16)).sum().backward()
+                if step == 4:
+                    obs._probe.armed[0] = True  # as if this backward's callbacks never ran
+        buckets = len(obs._probe.buckets)
+        assert obs._probe.armed[0] is False
+    per_step = load_run(obs.run_dir).collectives.group_by("step").len().sort("step")
+    assert per_step["step"].to_list() == [2, 3, 4, 5, 6, 7]
+    assert (per_step["len"] == buckets).all()
