@@ -147,6 +147,7 @@ class Observer:
         self._window_index = 0  # windows whose summaries arrived
         self._windows_closed = 0  # windows whose vectors were sent
         self._pending_gather: tuple[Any, Any, int] | None = None
+        self._gather_buf: tuple[Any, list[Any], Any] | None = None  # (world × length, its rows, mine)
         self._group: Any = None
         self._wrapper: Any = None
         self._metrics: Any = None
@@ -507,10 +508,14 @@ class Observer:
             if self.distributed:
                 import torch
 
-                mine = torch.from_numpy(vec)
-                out = [torch.empty_like(mine) for _ in range(self.world)]
+                if self._gather_buf is None or self._gather_buf[0].shape[1] != vec.size:
+                    # Allocated once: the previous gather is always collected before the next starts.
+                    big = torch.empty(self.world, vec.size, dtype=torch.float64)
+                    self._gather_buf = (big, list(big.unbind(0)), torch.empty(vec.size, dtype=torch.float64))
+                big, out, mine = self._gather_buf
+                mine.numpy()[:] = vec
                 work = self._all_gather(out, mine, group=self._group, async_op=True)
-                self._pending_gather = (work, out, self.step_index)
+                self._pending_gather = (work, big, self.step_index)
                 self._gather_due = self._ended + cfg.gather_lag_steps
                 if cfg.gather_lag_steps == 0:
                     self._finish_gather()
@@ -528,10 +533,8 @@ class Observer:
             return
         work, out, _ = pending
         try:
-            import torch
-
             work.wait()
-            summaries = windows.cross_rank(torch.stack(out).numpy(), self.config.arrival_slots)
+            summaries = windows.cross_rank(out.numpy(), self.config.arrival_slots)  # out: (world × length)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
