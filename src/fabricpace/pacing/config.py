@@ -62,6 +62,9 @@ class PacingConfig:
     # a few) — is tried at once; a weaker one must persist for `trigger_windows` windows. Every window
     # spent before acting is a window at the old, slower level.
     straggler_clear_excess: float = 0.15
+    # ...and the slow group arrives last in at least this share of the window's collectives (it holds
+    # the others up in most steps; a rank that is merely slower on a loaded host often is not last).
+    straggler_clear_last_share: float = 0.8
     # The same for a further move of kept shares: a predicted saving of at least this share of step
     # time, with the ranks that would give up samples last in `straggler_last_share` (e.g. the
     # straggler recovered and the ranks that took its samples now hold everyone up).

@@ -433,7 +433,9 @@ class Controller:
                 new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
                 # The same slow group in consecutive windows: a persistent straggler; or one so clear
                 # within this window (slow in most of its steps, by far) that waiting only costs.
-                clear = float(excess[slow].min()) >= c.straggler_clear_excess
+                clear = float(excess[slow].min()) >= c.straggler_clear_excess and (
+                    not fleet.has_arrivals or last >= c.straggler_clear_last_share
+                )
                 if gain >= c.rebalance_min_gain:
                     ok = persistent(f"rebalance:{_fmt_ranks(slow)}") or clear
                     r = int(slow[np.argmax(excess[slow])])
