@@ -175,22 +175,6 @@ class RoundsBlock:
 
 Part = Colls | RoundsBlock
 
-# raw record column -> finalized step column (data, gc, gc_count, paced, samples move places)
-_SRC = [0, 1, 2, 3, 4, 6, 7, 5]
-_DST = [0, 1, 2, 6, 7, 8, 9, 10]
-
-
-def _steps_simple(raw: np.ndarray, wait: np.ndarray | int, comm: np.ndarray | int) -> np.ndarray:
-    """Finalized step rows from raw records when wait and comm per step are already known."""
-    out = np.empty((raw.shape[0], len(STEP_FIELDS)), dtype=np.int64)
-    out[:, _DST] = raw[:, _SRC]
-    out[:, 4] = wait
-    out[:, 5] = comm
-    # compute = step - wait - data - gc - paced, never negative
-    np.maximum(raw[:, 2] - raw[:, 1] - out[:, 4] - raw[:, 3] - raw[:, 4] - raw[:, 6], 0, out=out[:, 3])
-    return out
-
-
 def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.ndarray, enter: np.ndarray,
              exit_: np.ndarray, blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(compute, wait, comm) per step from completed collectives (k = step row of each)."""
@@ -372,36 +356,53 @@ class Recorder:
             self._names.append(name)
         return code
 
-    def _drain_simple(self, raw: np.ndarray) -> Part | None:
-        """The common cases in a dozen numpy calls: no collective at all, or exactly one probe round
-        per step and nothing else. None = use the general path."""
+    def _drain_simple(self, raw: list[int]) -> bool:
+        """The common cases — no collective at all, or exactly one probe round per step and nothing
+        else — computed in one Python pass over the flat lists plus two array conversions. At a window
+        boundary numpy's code is cold after the training step (several µs per call here), so a short
+        loop over ~50 steps is cheaper than a dozen vectorized calls. False = use the general path."""
         if self._gen:
-            return None
+            return False
+        n = len(raw) // _RAW
         busy = [r for r in self._rounds if r.buf]
+        rows: list[tuple[int, ...]] = []
+        append = rows.append
         if not busy:
-            self._add(_steps_simple(raw, 0, 0), Colls.empty(tuple(self._names)))
-            return self._chunk[-1][1]
+            for b in range(0, n * _RAW, _RAW):
+                step, t0, t1, data, gc, gcc, paced, samples = raw[b:b + _RAW]
+                compute = t1 - t0 - data - gc - paced
+                append((step, t0, t1, compute if compute > 0 else 0, 0, 0, data, gc, paced, samples, gcc))
+            self._add(np.array(rows, dtype=np.int64).reshape(-1, len(STEP_FIELDS)),
+                      Colls.empty(tuple(self._names)))
+            return True
         r = busy[0]
         nb = len(r.nbytes)
-        n = raw.shape[0]
-        if len(busy) > 1 or len(r.buf) != n * (nb + 1) or None in r.buf:
-            return None
-        arr = np.array(r.buf, dtype=np.int64).reshape(n, nb + 1)
-        end = arr[:, nb]
-        if ((end - raw[:, 1]) | (raw[:, 2] - end)).min() < 0:  # a round outside its step: general path
-            return None
-        r.buf.clear()
-        enter = arr[:, :nb]
-        last_in = enter.max(axis=1)
-        # DESIGN.md wait/comm for arrival markers plus one row spanning last arrival -> end of backward.
-        wait = np.maximum(end, last_in) - last_in
-        comm = np.maximum(end - enter[:, nb - 1], 0)
+        width = nb + 1
+        buf = r.buf
+        if len(busy) > 1 or len(buf) != n * width or None in buf:
+            return False
+        for i in range(n):
+            step, t0, t1, data, gc, gcc, paced, samples = raw[i * _RAW:(i + 1) * _RAW]
+            q = i * width
+            end = buf[q + nb]
+            if end < t0 or end > t1:  # a round outside its step: the general path sorts it out
+                return False
+            last_in = max(buf[q:q + nb])
+            # DESIGN.md wait/comm for arrival markers plus one row spanning the last bucket's
+            # arrival to the end of the backward (the per-collective definition; tested equal).
+            wait = end - last_in if end > last_in else 0
+            comm = end - buf[q + nb - 1]
+            compute = t1 - t0 - wait - data - gc - paced
+            append((step, t0, t1, compute if compute > 0 else 0, wait, comm if comm > 0 else 0, data, gc,
+                    paced, samples, gcc))
+        steps = np.array(rows, dtype=np.int64).reshape(-1, len(STEP_FIELDS))
+        arr = np.array(buf, dtype=np.int64).reshape(n, width)
+        buf.clear()
         seq0 = self._seqs.get(r.group, 0)
         self._seqs[r.group] = seq0 + n * nb
-        block = RoundsBlock(raw[:, 0].copy(), seq0, enter, end, tuple(r.nbytes), self._code(r.group),
-                            self._code("all_reduce"), tuple(self._names))
-        self._add(_steps_simple(raw, wait, comm), block)
-        return block
+        self._add(steps, RoundsBlock(steps[:, 0].copy(), seq0, arr[:, :nb], arr[:, nb], tuple(r.nbytes),
+                                     self._code(r.group), self._code("all_reduce"), tuple(self._names)))
+        return True
 
     def _add(self, steps: np.ndarray, part: Part) -> None:
         self._chunk.append((steps, part))
@@ -412,9 +413,9 @@ class Recorder:
         if not self._raw:
             return
         raw_list, self._raw = self._raw, []
-        raw = np.array(raw_list, dtype=np.int64).reshape(-1, _RAW)
-        if self._drain_simple(raw) is not None:
+        if self._drain_simple(raw_list):
             return
+        raw = np.array(raw_list, dtype=np.int64).reshape(-1, _RAW)
         gen, self._gen = self._gen, []
         # Generic records -> columns.
         pos = {s: i for i, s in enumerate(raw[:, 0].tolist())} if gen else {}
