@@ -253,3 +253,22 @@ def test_probe_rearms_when_a_backwards_final_callbacks_never_ran(gloo_world1, tm
     per_step = load_run(obs.run_dir).collectives.group_by("step").len().sort("step")
     assert per_step["step"].to_list() == [2, 3, 4, 5, 6, 7]
     assert (per_step["len"] == buckets).all()
+
+
+def test_long_windows_keep_every_round(gloo_world1, tmp_path):
+    # Rounds wait in the flat buffer until a window closes or a chunk is flushed: a window longer
+    # than the per-step round bound (64) must not drop any.
+    from fabricpace import load_run
+    from fabricpace.observe import observe
+
+    model = _ddp()
+    cfg = ObserverConfig(status_line=False, flush_mode="main", window=150, flush_every=150,
+                         flush_interval_s=0)
+    with observe(model, tmp_path / "r", config=cfg) as obs:
+        for _ in range(160):
+            with obs.step(samples=4):
+                model(torch.randn(4, 16)).sum().backward()
+        buckets = len(obs._probe.buckets)
+    c = load_run(obs.run_dir).collectives
+    assert sorted(set(c["step"])) == list(range(2, 160))
+    assert c.height == 158 * buckets

@@ -214,7 +214,11 @@ class GradHookProbe:
         buf = self._round_buf
         assert buf is not None
         ext, app = buf.extend, buf.append
-        cap = _MAX_ROUNDS * (len(stamps) + 1)
+        # The round buffer is drained at every window close and flush, i.e. at least every `window`
+        # steps: allow _MAX_ROUNDS backwards per step of that span. Only a job that never calls
+        # obs.step() (nothing drains) ever reaches the bound, which then caps its memory.
+        window = int(getattr(getattr(obs, "config", None), "window", 50))
+        cap = _MAX_ROUNDS * max(window, 1) * (len(stamps) + 1)
 
         def done() -> None:
             try:
