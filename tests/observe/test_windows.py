@@ -134,3 +134,20 @@ def test_cross_rank_aligned_slots_path_equals_general_matching():
     blk[:, :20] = blk[:, :20][:, ::-1]
     for a, b in zip(cross_rank(m, slots), cross_rank(shuffled, slots), strict=True):
         assert np.array_equal(a.to_array(), b.to_array())
+
+
+def test_window_fields_from_python_rows_equal_the_array_path():
+    from fabricpace.observe.windows import _stats_array, _stats_rows
+
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 49, 50):
+        t0 = np.cumsum(rng.integers(10**6, 3 * 10**7, n)) + 10**13  # perf_counter-sized stamps
+        # (step, t_start, t_end, compute, wait, comm, data, gc, paced, samples, gc_count)
+        rows = [(s, int(a), int(a) + int(rng.integers(10**6, 3 * 10**7)),
+                 *map(int, rng.integers(0, 10**6, 4)), 0, 0, int(rng.integers(1, 64)),
+                 int(rng.integers(0, 3)))
+                for s, a in enumerate(t0)]
+        py = _stats_rows(rows)
+        arr = _stats_array(np.asarray(rows, dtype=np.float64))
+        assert np.allclose(py, arr, rtol=1e-12, atol=0)
+        assert len(py) == NF and py[0] == 0.0  # rank/window are filled in by local_vector

@@ -274,7 +274,9 @@ class Recorder:
         self.op_rows: list[tuple[Any, ...]] = []  # (step, op, t_start, dur)
         # Finalized batches waiting for the writer (chunks) and the window summary.
         self._chunk: list[tuple[np.ndarray, Part]] = []
-        self._win: list[tuple[np.ndarray, Part]] = []
+        # Window side: the fast drain's Python rows (list of 11-tuples, summarized without numpy) or
+        # the general path's array.
+        self._win: list[tuple[Any, Part]] = []
 
     # ---- collectives (any thread) ----
     def enter(self, group: str, op: str, nbytes: int, blocking: bool) -> list[Any]:
@@ -373,7 +375,7 @@ class Recorder:
                 compute = t1 - t0 - data - gc - paced
                 append((step, t0, t1, compute if compute > 0 else 0, 0, 0, data, gc, paced, samples, gcc))
             self._add(np.array(rows, dtype=np.int64).reshape(-1, len(STEP_FIELDS)),
-                      Colls.empty(tuple(self._names)))
+                      Colls.empty(tuple(self._names)), rows)
             return True
         r = busy[0]
         nb = len(r.nbytes)
@@ -401,12 +403,12 @@ class Recorder:
         seq0 = self._seqs.get(r.group, 0)
         self._seqs[r.group] = seq0 + n * nb
         self._add(steps, RoundsBlock(steps[:, 0].copy(), seq0, arr[:, :nb], arr[:, nb], tuple(r.nbytes),
-                                     self._code(r.group), self._code("all_reduce"), tuple(self._names)))
+                                     self._code(r.group), self._code("all_reduce"), tuple(self._names)), rows)
         return True
 
-    def _add(self, steps: np.ndarray, part: Part) -> None:
+    def _add(self, steps: np.ndarray, part: Part, rows: list[tuple[int, ...]] | None = None) -> None:
         self._chunk.append((steps, part))
-        self._win.append((steps, part))
+        self._win.append((steps if rows is None else rows, part))
 
     def drain(self) -> None:
         """Finalize ended steps into columns (main thread; at flush and window time)."""
@@ -506,11 +508,19 @@ class Recorder:
         ops, self._chunk, self.op_rows = self.op_rows, [], []
         return steps, colls, ops
 
-    def take_window(self) -> tuple[np.ndarray, list[Part]]:
+    def take_window(self) -> tuple[Any, list[Part]]:
+        """The window's step rows — a list of 11-tuples when every part came from the fast drain
+        (``windows.local_vector`` then needs no numpy for its statistics), else an (n × 11) array —
+        and its collective parts."""
         self.drain()
-        out = self._join(self._win)
-        self._win = []
-        return out
+        win, self._win = self._win, []
+        parts = [p for _, p in win]
+        if all(isinstance(st, list) for st, _ in win):
+            return [r for st, _ in win for r in st], parts
+        width = len(STEP_FIELDS)
+        arrays = [st if isinstance(st, np.ndarray) else np.array(st, dtype=np.int64).reshape(-1, width)
+                  for st, _ in win]
+        return (np.concatenate(arrays) if len(arrays) > 1 else arrays[0]), parts
 
     # ---- views for tests ----
     @property

@@ -65,50 +65,91 @@ except (OSError, ValueError, AttributeError):
 _STEP, _T0, _T1, _COMPUTE, _WAIT, _COMM, _DATA, _GC, _PACED, _SAMPLES, _GCC = range(11)
 
 
+def _stats_rows(rows: list[Any]) -> list[float]:
+    """The window's own fields from finalized step rows given as tuples (Python only)."""
+    vals = [0.0] * NF
+    n = len(rows)
+    vals[_F["steps"]] = n
+    if not n:
+        return vals
+    cols = list(zip(*rows, strict=True))
+    dur = [b - a for a, b in zip(cols[_T0], cols[_T1], strict=True)]
+    lo, hi = (n - 1) // 2, n // 2
+    med = []
+    for values in (dur, cols[_COMPUTE], cols[_SAMPLES]):
+        srt = sorted(values)
+        med.append((srt[lo] + srt[hi]) * 0.5)
+    dur_mean = sum(dur) / n
+    vals[_F["first_step"]] = float(rows[0][_STEP])
+    vals[_F["step_mean_ns"]] = dur_mean
+    vals[_F["step_median_ns"]] = med[0]
+    vals[_F["step_std_ns"]] = math.sqrt(sum((d - dur_mean) ** 2 for d in dur) / n)
+    vals[_F["compute_median_ns"]] = med[1]
+    vals[_F["compute_per_sample_ns"]] = med[1] / med[2] if med[2] > 0 else 0.0
+    vals[_F["wait_mean_ns"]] = sum(cols[_WAIT]) / n
+    vals[_F["comm_mean_ns"]] = sum(cols[_COMM]) / n
+    vals[_F["data_mean_ns"]] = sum(cols[_DATA]) / n
+    vals[_F["gc_mean_ns"]] = sum(cols[_GC]) / n
+    vals[_F["gc_count"]] = float(sum(cols[_GCC]))
+    vals[_F["paced_mean_ns"]] = sum(cols[_PACED]) / n
+    vals[_F["samples_mean"]] = sum(cols[_SAMPLES]) / n
+    return vals
+
+
+def _stats_array(s: np.ndarray) -> list[float]:
+    """The same fields from an (n × 11) float array (general path)."""
+    vals = [0.0] * NF
+    n = s.shape[0]
+    vals[_F["steps"]] = n
+    if not n:
+        return vals
+    dur = s[:, _T1] - s[:, _T0]
+    # Three medians from one sort (np.median per column costs ~5x more in Python overhead).
+    srt = np.sort(np.stack([dur, s[:, _COMPUTE], s[:, _SAMPLES]]), axis=1)
+    lo, hi = srt[:, (n - 1) // 2].tolist(), srt[:, n // 2].tolist()
+    med = [(a + b) * 0.5 for a, b in zip(lo, hi, strict=True)]
+    sums = s.sum(axis=0).tolist()
+    dur_mean = (sums[_T1] - sums[_T0]) / n
+    dev = dur - dur_mean
+    vals[_F["first_step"]] = float(s[0, _STEP])
+    vals[_F["step_mean_ns"]] = dur_mean
+    vals[_F["step_median_ns"]] = med[0]
+    vals[_F["step_std_ns"]] = math.sqrt(float(np.dot(dev, dev)) / n)
+    vals[_F["compute_median_ns"]] = med[1]
+    vals[_F["compute_per_sample_ns"]] = med[1] / med[2] if med[2] > 0 else 0.0
+    vals[_F["wait_mean_ns"]] = sums[_WAIT] / n
+    vals[_F["comm_mean_ns"]] = sums[_COMM] / n
+    vals[_F["data_mean_ns"]] = sums[_DATA] / n
+    vals[_F["gc_mean_ns"]] = sums[_GC] / n
+    vals[_F["gc_count"]] = sums[_GCC]
+    vals[_F["paced_mean_ns"]] = sums[_PACED] / n
+    vals[_F["samples_mean"]] = sums[_SAMPLES] / n
+    return vals
+
+
 def local_vector(
     *, rank: int, window: int, steps: Any, colls: Any, base_ns: int, slots: int,
 ) -> np.ndarray:
     """This rank's row of the gather: its summary fields and its arrival block (aligned times).
 
-    ``steps``: finalized step rows (n × 11 array, or row tuples); ``colls``: ``recorder.Colls`` (or
-    row tuples). A handful of vectorized numpy calls, once per window."""
+    ``steps``: finalized step rows (n × 11 array, or a list of row tuples); ``colls``: collective
+    parts (``recorder.Colls`` / ``RoundsBlock``) or row tuples. Once per window."""
     vec = np.zeros(NF + 4 * slots, dtype=np.float64)
     block = vec[NF:].reshape(4, slots)
     block[1, :] = -1.0  # seq = -1 marks an empty slot
-    s = np.asarray(steps, dtype=np.float64).reshape(-1, 11)
     if isinstance(colls, (Colls, RoundsBlock)):
         parts: list[Any] = [colls]
     else:
         items = list(colls)
         parts = items if items and isinstance(items[0], (Colls, RoundsBlock)) else [Colls.from_rows(items)]
-    n = s.shape[0]
-    # Few numpy calls, then Python floats: at a window boundary numpy's code is cold after the
-    # training step, and each distinct call costs several µs there (measured), far more than its work.
-    vals = [0.0] * NF
-    vals[_F["rank"]], vals[_F["window"]], vals[_F["steps"]] = rank, window, n
+    # At a window boundary numpy's code is cold after the training step (several µs per call here,
+    # measured), so rows that arrive as Python tuples are summarized in Python.
+    if isinstance(steps, list):
+        vals = _stats_rows(steps)
+    else:
+        vals = _stats_array(np.asarray(steps, dtype=np.float64).reshape(-1, 11))
+    vals[_F["rank"]], vals[_F["window"]] = rank, window
     vals[_F["rss_bytes"]] = rss_bytes()
-    if n:
-        dur = s[:, _T1] - s[:, _T0]
-        # Three medians from one sort (np.median per column costs ~5x more in Python overhead).
-        srt = np.sort(np.stack([dur, s[:, _COMPUTE], s[:, _SAMPLES]]), axis=1)
-        lo, hi = srt[:, (n - 1) // 2].tolist(), srt[:, n // 2].tolist()
-        med = [(a + b) * 0.5 for a, b in zip(lo, hi, strict=True)]
-        sums = s.sum(axis=0).tolist()
-        dur_mean = (sums[_T1] - sums[_T0]) / n
-        dev = dur - dur_mean
-        vals[_F["first_step"]] = float(s[0, _STEP])
-        vals[_F["step_mean_ns"]] = dur_mean
-        vals[_F["step_median_ns"]] = med[0]
-        vals[_F["step_std_ns"]] = math.sqrt(float(np.dot(dev, dev)) / n)
-        vals[_F["compute_median_ns"]] = med[1]
-        vals[_F["compute_per_sample_ns"]] = med[1] / med[2] if med[2] > 0 else 0.0
-        vals[_F["wait_mean_ns"]] = sums[_WAIT] / n
-        vals[_F["comm_mean_ns"]] = sums[_COMM] / n
-        vals[_F["data_mean_ns"]] = sums[_DATA] / n
-        vals[_F["gc_mean_ns"]] = sums[_GC] / n
-        vals[_F["gc_count"]] = sums[_GCC]
-        vals[_F["paced_mean_ns"]] = sums[_PACED] / n
-        vals[_F["samples_mean"]] = sums[_SAMPLES] / n
     total, tail, names = tail_parts(parts, slots)
     vals[_F["collectives"]] = total
     vec[:NF] = vals
