@@ -58,10 +58,10 @@ class PacingConfig:
     straggler_compute_excess: float = 0.05
     straggler_last_share: float = 0.5
     # A straggler this clear within one window — its per-step *median* compute per sample at least
-    # this much above the fleet's median (so it was slow in most of the window's steps, not stalled in
-    # a few) — is tried at once; a weaker one must persist for `trigger_windows` windows. Every window
-    # spent before acting is a window at the old, slower level.
-    straggler_clear_excess: float = 0.15
+    # this much above the fleet's median (twice the trigger; a median, so it was slow in most of the
+    # window's steps, not stalled in a few) — is tried at once; a weaker one must persist for
+    # `trigger_windows` windows. Every window spent before acting runs at the old, slower level.
+    straggler_clear_excess: float = 0.10
     # ...and the slow group arrives last in at least this share of the window's collectives (it holds
     # the others up in most steps; a rank that is merely slower on a loaded host often is not last).
     straggler_clear_last_share: float = 0.8
