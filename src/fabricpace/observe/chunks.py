@@ -1,7 +1,8 @@
 """Writes the observer's rows as crash-safe Parquet chunks, off the training thread.
 
-The main thread hands over whole buffers (a list swap) together with the time base of the moment;
-a daemon thread converts them to the run-directory tables (times on the aligned timeline) and writes
+The main thread hands over finalized columns (numpy arrays, ``recorder.Colls`` and the probe's
+``RoundsBlock``s, expanded to rows here) together with the time base of the moment; a daemon thread
+converts them to the run-directory tables (times on the aligned timeline) and writes
 each as one atomic part (``run.writer.write_table_atomic``: temp file + rename), so a SIGKILL at any
 instant leaves only complete chunks. Any write failure (disk full, read-only directory) is logged
 once and turns writing off; recording, window summaries and training carry on.

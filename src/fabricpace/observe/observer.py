@@ -7,10 +7,12 @@ Lifecycle (every rank runs the same code at the same place):
    the run directory on the Store side channel; NTP-style clock alignment; locality probe; rank 0
    writes manifest.json and ranks.parquet; DDP instrumentation (hook-free ``ddp_probe`` or the comm
    hook, see ``ObserverConfig.ddp_instrumentation``) and the gc callback are installed.
-2. per step — ``with obs.step(samples=n):`` stamps start and end; the probe (arrivals, end of
-   backward) or the comm hook (arrival and completion) stamps each bucket; ``obs.phase`` and
-   ``obs.collective`` add optional detail. No collective and no I/O happen here.
-3. every ``flush_every`` steps — finalized rows are handed to the chunk writer (a list swap).
+2. per step — ``with obs.step(samples=n):`` stamps start and end (one flat-list extend) and does
+   one integer compare that schedules all between-step work; the probe (arrivals, end of backward)
+   or the comm hook (arrival and completion) stamps each bucket; ``obs.phase`` and
+   ``obs.collective`` add optional detail. No collective, no I/O, no numpy happen here.
+3. once ``flush_every`` steps and ``flush_interval_s`` have passed — the rows, finalized into
+   columns, are handed to the chunk writer thread (one queue put).
 4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``), started
    asynchronously and collected ``gather_lag_steps`` (2) steps later at the same step on every rank;
    then the pacer reads them, rank 0 prints the status line and updates Prometheus, and every
