@@ -11,8 +11,9 @@ offsets), ``sidechannel`` (Store with timeouts), ``recorder`` (hot path), ``ddp_
 bucket arrivals, the default), ``hooks`` (DDP comm hook),
 ``collectives`` (plain-collective wrapper), ``chunks`` (crash-safe writer thread), ``windows``
 (window summaries and the arrival block), ``status`` (status line, Prometheus), ``locality``
-(host/NUMA/GPU/NIC probe), ``pacer`` (pacing hook calls), ``observer`` (the Observer). torch is
-imported only when a distributed feature is used, so this package imports without it.
+(host/NUMA/GPU/NIC probe), ``pacer`` (pacing hook calls), ``startup`` (rank/world, run
+directory, ranks table), ``observer`` (the Observer). torch is imported only when a distributed
+feature is used, so this package imports without it.
 """
 
 from __future__ import annotations

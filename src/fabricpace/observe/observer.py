@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fabricpace.observe import align, chunks, locality, windows
+from fabricpace.observe import align, chunks, locality, startup, windows
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
@@ -47,7 +47,6 @@ from fabricpace.observe.pacer import SafePacer, load_pacer
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.sidechannel import SideChannel, default_store
 from fabricpace.run.manifest import Manifest, write_manifest
-from fabricpace.run.schema import RANK_SCHEMA
 from fabricpace.run.window import WindowSummary
 from fabricpace.run.writer import write_table_atomic
 
@@ -163,12 +162,12 @@ class Observer:
         self._probe: Any = None
         self._lazy_hook = False
         self._ddp_args: tuple[Any, Any] = (None, None)
-        self.rank, self.world, self.distributed = _rank_world()
+        self.rank, self.world, self.distributed = startup.rank_world()
         self.guard = Guard(self.rank)
         self.clock = CpuClock(clock_shift_ns(self.rank))
         self.t0 = self.clock.now()
         self.base_ns = self.t0
-        self.run_dir = Path(run_dir or os.environ.get(RUN_DIR_ENV) or _default_run_dir())
+        self.run_dir = Path(run_dir or os.environ.get(RUN_DIR_ENV) or startup.default_run_dir())
         self.pacer = SafePacer(None, self.guard, self.rank, self.world)
         _SESSIONS[0] += 1
         self.channel = SideChannel(default_store() if self.distributed else None,
@@ -194,9 +193,9 @@ class Observer:
             self._all_gather = dist.all_gather  # the original, even if the collective wrapper is installed
         if not self.distributed:
             if self.rank == 0:
-                self.run_dir = _fresh_dir(self.run_dir)
+                self.run_dir = startup.fresh_dir(self.run_dir)
         elif self.rank == 0:
-            self.run_dir = _fresh_dir(self.run_dir)
+            self.run_dir = startup.fresh_dir(self.run_dir)
             self.channel.set_json("start", {"t0": self.t0, "run_dir": str(self.run_dir)})
         else:
             info = self.channel.get_json("start")
@@ -208,7 +207,7 @@ class Observer:
                                                  now=self.clock.now, rounds=cfg.clock_rounds, epoch=0)
             self.base_ns = self.t0 + self.clock_estimate.offset_ns
         timeline: Any = CpuTimeline(self.clock)
-        if event_source is not None or _on_cuda(model):
+        if event_source is not None or startup.on_cuda(model):
             from fabricpace.observe.clocks import CudaEventSource
 
             timeline = EventTimeline(self.clock, event_source or CudaEventSource())
@@ -363,13 +362,13 @@ class Observer:
             for row in rows:
                 if row.get("node") is None and row.get("host") in hosts:
                     row["node"] = hosts.index(row["host"])
-            write_table_atomic(self.run_dir / "ranks.parquet", _ranks_table(rows))
+            write_table_atomic(self.run_dir / "ranks.parquet", startup.ranks_table(rows))
             if not complete:
                 per_node = rows[0].get("local_world_size") or max(self.world // max(len(hosts), 1), 1)
                 self._manifest = Manifest(
                     source="observer", world_size=self.world, nodes=max(len(hosts), 1),
                     gpus_per_node=int(per_node),
-                    workload=_workload(model),
+                    workload=startup.workload(model),
                     pacing={"mode": pacing if isinstance(pacing, str) else type(pacing).__name__},
                     extra={"observer": {k: getattr(self.config, k) for k in self.config.__dataclass_fields__},
                            "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)"},
@@ -683,68 +682,3 @@ class Observer:
     def failures(self) -> dict[str, str]:
         """Parts of the observer that failed (part -> first reason)."""
         return dict(self.guard.failed)
-
-
-def _rank_world() -> tuple[int, int, bool]:
-    """(rank, world, distributed): from the process group when initialized, else the environment."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size(), dist.get_world_size() > 1
-    except ImportError:
-        pass
-    rank = int(os.environ.get("RANK", "0") or 0)
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if world > 1:
-        LOG.warning("fabricpace observer: WORLD_SIZE=%d but no process group is initialized; "
-                    "recording this rank only (no window gathers, no clock alignment)", world)
-    return rank, world, False
-
-
-def _on_cuda(model: Any) -> bool:
-    if model is None:
-        return False
-    try:
-        return any(p.is_cuda for p in model.parameters())
-    except Exception:
-        return False
-
-
-def _default_run_dir() -> Path:
-    return Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-
-
-def _fresh_dir(path: Path) -> Path:
-    """``path`` if absent or empty, else the first free sibling ``path-1``, ``path-2``, ... (no overwrite)."""
-    candidate, n = path, 0
-    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
-        n += 1
-        candidate = path.with_name(f"{path.name}-{n}")
-    if candidate != path:
-        LOG.warning("fabricpace observer: %s is not empty; writing this run to %s", path, candidate)
-    return candidate
-
-
-def _workload(model: Any) -> dict[str, Any]:
-    if model is None:
-        return {}
-    inner = getattr(model, "module", model)
-    try:
-        params = int(sum(p.numel() for p in inner.parameters()))
-    except Exception:
-        params = None
-    return {"model": type(inner).__name__, "parameters": params}
-
-
-def _ranks_table(rows: list[dict[str, Any]]) -> pa.Table:
-    arrays, fields = [], []
-    for f in RANK_SCHEMA:
-        arr = pa.array([r.get(f.name) for r in rows], type=f.type)
-        arrays.append(arr)
-        fields.append(f)
-    for key in ("local_world_size", "cpu_affinity", "gpu_pci", "gpu_numa", "nic_numa", "pid"):
-        arr = pa.array([r.get(key) for r in rows])
-        arrays.append(arr)
-        fields.append(pa.field(key, arr.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
