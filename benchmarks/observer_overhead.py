@@ -76,8 +76,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-only", action="store_true",
                    help="only the CPU-time measurement (1-rank DDP, per arm, all threads) and the chunk "
                         "cost: robust to load, ~1-2 minutes")
-    p.add_argument("--cpu-reps", type=int, default=15,
-                   help="interleaved blocks per arm for the CPU measurement (default 15)")
+    p.add_argument("--cpu-reps", type=int, default=30,
+                   help="interleaved blocks per arm for the CPU measurement (default 30)")
     p.add_argument("--save", default="", help="also save the per-cycle step times (JSON) to this file")
     p.add_argument("--pool", nargs="+", default=[], metavar="FILE",
                    help="analyze the cycles of runs saved with --save (same configuration) together")
