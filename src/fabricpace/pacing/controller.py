@@ -148,8 +148,8 @@ class Controller:
         # (kept state, step time) of windows run without a trial: their window-to-window changes
         # measure how much the host drifts between windows (the guard's between-window noise).
         self._untreated: list[tuple[PacingState, float]] = []
-        # True when the comm trigger fired in the last window and fires again next window (the trial
-        # would start then): the observer installs its DDP comm hook one window ahead.
+        # True when the comm trigger fired in the last two windows (a comm trial starts, or would if
+        # no other trial ran): the observer then installs its DDP comm hook.
         self.comm_armed = False
         # trigger -> (last window it fired, consecutive windows it fired)
         self._streak: dict[str, tuple[int, int]] = {}
@@ -172,13 +172,16 @@ class Controller:
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._propose(step, fleet, out)
-        self._inflated_prev = self._inflated_now
+        # Armed only when the trigger held for two windows (what starts a comm trial): a single noisy
+        # window on a busy host would otherwise make a healthy run pay a Python comm hook for good.
         self.comm_armed = (
             "comm" in self.policies
             and self.kept.comm_window is None
             and self._inflated_now
+            and self._inflated_prev
             and fleet.wait_share >= self.config.comm_trigger_share
         )
+        self._inflated_prev = self._inflated_now
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.decisions.extend(out)
@@ -212,8 +215,8 @@ class Controller:
         self.comm_armed = False
 
     def wants_comm(self) -> bool:
-        """Whether bucket launches may be gated in the next window or the one after it: comm is kept,
-        on trial, or its trigger fired once (a trial starts if it fires again)."""
+        """Whether bucket launches may be gated from the next window on: comm is kept, on trial, or its
+        trigger held for two windows."""
         if "comm" not in self.policies:
             return False
         t = self.guard.trial

@@ -119,8 +119,8 @@ class Pacer:
             self._write()
 
     def wants_comm_hook(self) -> bool:
-        """True when the comm actuator gates launches now or may within the next window (it is kept,
-        on trial, or its trigger fired once). The observer runs without a DDP comm hook until this
+        """True when the comm actuator gates launches now or may from the next window on (it is kept,
+        on trial, or its trigger held for two windows). The observer runs without a DDP comm hook until this
         returns True, then installs one (and keeps it): a Python comm hook costs time on every
         bucket, so a run that never gates should not pay for it. Checked after each ``on_window``."""
         if self.state.comm_window is not None or self.state.comm_spacing_ns > 0:
