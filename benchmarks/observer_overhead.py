@@ -30,6 +30,9 @@ of the same configuration together (more cycles, a narrower CI). The per-step co
 DDP step with and without the observer, per mode — far less noisy here than wall time.
 
 Step time is rank 0's wall time per step (the all-reduce makes every rank's step the same length).
+Each arm runs 1/n_arms of the steps per second a lone job would, so the observers' chunk interval
+(``flush_interval_s``, the only time-based interval) is stretched n_arms times: every arm writes a chunk
+per as many of its own steps as a real job at the same step time does.
 """
 
 from __future__ import annotations
@@ -139,20 +142,26 @@ def worker(a: argparse.Namespace) -> None:
 
     arms = {"without": plain_step(replica())}
     observers = {}
+    # The arms share the wall clock, so each runs 1/n_arms of the steps a lone job would run per
+    # second. The observer's one time-based interval (a chunk every flush_interval_s) is stretched by
+    # that factor, so every arm writes a chunk per as many of its own steps as a real job does;
+    # everything else the observer does is counted in steps already.
+    n_arms = 3 + int(a.auto_arm) + int(a.steps_only) + int(a.pyhook)
+    flush_s = ObserverConfig().flush_interval_s * n_arms
     for arm, mode in (("with", "auto"), ("hook", "hook")):
         model = replica()
-        cfg = ObserverConfig(status_line=False, ddp_instrumentation=mode)
+        cfg = ObserverConfig(status_line=False, ddp_instrumentation=mode, flush_interval_s=flush_s)
         observers[arm] = observe(model, run_dir=base / f"run-{arm}", window=a.window, config=cfg)
         arms[arm] = observed_step(model, observers[arm])
     pacers = {}
     if a.auto_arm:
         model = replica()
         observers["auto"] = observe(model, run_dir=base / "run-auto", window=a.window, pacing="auto",
-                                    config=ObserverConfig(status_line=False))
+                                    config=ObserverConfig(status_line=False, flush_interval_s=flush_s))
         pacers["auto"] = observers["auto"].pacer.pacer  # kept: close() drops it from the observer
         arms["auto"] = observed_step(model, observers["auto"])
     if a.steps_only:
-        cfg = ObserverConfig(status_line=False)
+        cfg = ObserverConfig(status_line=False, flush_interval_s=flush_s)
         observers["steps"] = observe(None, run_dir=base / "run-steps", window=a.window, config=cfg)
         arms["steps"] = observed_step(replica(), observers["steps"])
     if a.pyhook:
