@@ -391,7 +391,12 @@ def main() -> None:
     a = _args()
     if a.worker:
         worker(a)
-        return
+        # Results are written and flushed. Skip interpreter teardown: torch's C++ static destructors can
+        # abort ("terminate called without an active exception") while a gloo thread winds down,
+        # which would turn a finished rank into a failed one (same as fabricpace.lab.worker).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     t_start = time.time()
     load_before = _loadavg()
     if a.cpu_only:

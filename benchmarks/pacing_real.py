@@ -657,7 +657,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
-        return
+        # Results are written and flushed. Skip interpreter teardown: torch's C++ static destructors can
+        # abort ("terminate called without an active exception") while a gloo thread winds down,
+        # which would turn a finished rank into a failed one (same as fabricpace.lab.worker).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if args.hotpath:
         for k, v in hotpath(window=args.window).items():
             print(f"{k:45s} {v:10.2f}")
