@@ -5,11 +5,11 @@ from __future__ import annotations
 from fabricpace.study import StudyPlan, load_scenario, run_study
 
 
-def _paper_rows(tmp_path, *, nodes, modes, steps, warmup):  # type: ignore[no-untyped-def]
-    """One repeat of the shipped `paper` scenario in the simulator (seed 1)."""
+def _paper_rows(tmp_path, *, nodes, modes, steps, warmup, repeats=1):  # type: ignore[no-untyped-def]
+    """``repeats`` runs (seeds 1, 2, ...) of the shipped `paper` scenario in the simulator."""
     sc = load_scenario("paper")
     plan = StudyPlan(
-        backend="sim", nodes=nodes, modes=modes, repeats=1, steps=steps, warmup=warmup, seed=1,
+        backend="sim", nodes=nodes, modes=modes, repeats=repeats, steps=steps, warmup=warmup, seed=1,
         out_dir=tmp_path / "s", cluster=sc.cluster, workload=sc.workload, noise=sc.noise,
     )
     return run_study(plan).rows
@@ -17,9 +17,11 @@ def _paper_rows(tmp_path, *, nodes, modes, steps, warmup):  # type: ignore[no-un
 
 def test_paper_scenario_bends_and_gets_noisier(tmp_path):
     assert load_scenario("paper").study.nodes == [4, 8, 16]
-    rows = {r["nodes"]: r for r in _paper_rows(tmp_path, nodes=(4, 16), modes=("baseline",), steps=160,
-                                               warmup=30)}
-    # Full study (3 repeats x 300 steps, session 2): efficiency 0.854 at 16 nodes, CV 0.010 -> 0.073.
+    rows = {r["nodes"]: r for r in _paper_rows(tmp_path, nodes=(4, 16), modes=("baseline",), steps=300,
+                                               warmup=50, repeats=3)}
+    # ECMP paths are the run's (session 4), so a 16-node run's CV depends on where its connections
+    # hash relative to the tenants' links: 0.027-0.088 over seeds 1-5, mean 0.043 (4 nodes: 0.010);
+    # efficiency 0.865. Hence the mean of 3 seeds, as the study reports it.
     assert rows[16]["efficiency"] < 0.93
     assert rows[16]["cv"] > 2.5 * rows[4]["cv"]
     assert 900 < rows[4]["throughput"] < 1150  # near the paper's 1024 samples/s at 4 nodes (calibration)

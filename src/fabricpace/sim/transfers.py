@@ -1,10 +1,18 @@
 """Per-step transfer times of the job's collectives, from the fabric model (``fabricpace.fabric``).
 
-The simulator never models the network itself: it asks ``sample_collective_times`` for one ECMP draw
-per step and collective size, under the link capacities that the noise file's slow/flapping links and
-foreign traffic leave in each step (piecewise-constant segments). All sizes of one step share that
-step's ECMP draw (NCCL reuses the same connections for every bucket of a step), which is done by giving
-every size the same seed within a segment.
+The simulator never models the network itself: it asks ``sample_collective_times`` for the job's
+collectives under the link capacities that the noise file's slow/flapping links and foreign traffic
+leave in each step (piecewise-constant segments).
+
+ECMP paths are drawn **once per run**, not per step: NCCL opens its queue pairs when the communicator
+is created and keeps them for the whole job, and a RoCEv2 connection's UDP source port (the only
+field that gives ECMP entropy) is fixed for the connection's lifetime — derived from the two QP numbers,
+or kept "all across its vitality" in the CM context (linux-rdma RFC "RoCE v2.0 UDP Source Port
+Entropy", 2019-2020). Long-lived RDMA flows also leave no idle gaps for flowlet switching. So a
+collision on an uplink is the job's for as long as it runs: it shows up as a slower run (run-to-run
+variance across seeds), not as step-to-step noise. What varies per step is what other tenants and
+faults do to the links. Every size and every segment uses the same draw (same seed), so a bucket's
+connection takes the same spine in every step.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ import numpy as np
 
 from fabricpace._errors import ConfigError
 from fabricpace.sim.noise import Noise
+
+# Seed stream of the run's one ECMP draw (independent of the link-state draws, stream 0xF0).
+_ECMP_STREAM = 0xEC
 
 
 def link_names(cluster: Any, nodes: int) -> list[str] | None:
@@ -71,19 +82,19 @@ class TransferModel:
             vec = _scale_vector(names, state)
             for key, col in self._col.items():
                 op, nbytes = key
-                # Same seed for every size in a segment: one ECMP draw per step shared by all buckets.
-                rng = np.random.default_rng([seed, s_id])
+                # The same seed for every size and segment: one ECMP draw for the whole run.
+                rng = np.random.default_rng([seed, _ECMP_STREAM])
                 t = sample_collective_times(
                     cluster,
                     op,
                     int(nbytes),
                     nodes=nodes,
-                    n=int(where.size),
+                    n=1,
                     rng=rng,
                     link_scale=vec,
                     gpus_per_node=gpus_per_node,
                 )
-                times[where, col] = np.asarray(t, dtype=float)
+                times[where, col] = float(np.asarray(t, dtype=float)[0])
         if not np.all(np.isfinite(times)) or np.any(times < 0):
             from fabricpace._errors import SimulationError
 
