@@ -95,6 +95,9 @@ def register(app: typer.Typer) -> None:
         ),
         pacing: str = typer.Option("off", "--pacing", help="off | auto: pacing controller in the loop"),
         window: int = typer.Option(50, "--window", help="steps per window summary"),
+        node_order: str = typer.Option(
+            "packed", "--node-order", help="packed (topology-sorted hostfile) | shuffled (rendezvous order)"
+        ),
         warmup: int = typer.Option(20, "--warmup", help="steps left out of the printed summary"),
         fmt: str = typer.Option("table", "--format", help="table | json"),
     ) -> None:
@@ -106,7 +109,7 @@ def register(app: typer.Typer) -> None:
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
         from fabricpace.run.reader import load_run
-        from fabricpace.sim import SimOptions
+        from fabricpace.sim import SimOptions, resolve_node_order
         from fabricpace.sim import simulate as run_sim
         from fabricpace.study.metrics import summarize_run
 
@@ -119,8 +122,10 @@ def register(app: typer.Typer) -> None:
             g = cl.gpus_per_node
             if nodes > cl.nodes or nodes < 1:
                 raise InputError(f"--nodes {nodes}: cluster {cl.name!r} has 1..{cl.nodes} nodes")
+            launch = resolve_node_order(node_order, nodes=nodes, seed=seed)
+            node = (lambda k: int(launch[k])) if launch is not None else (lambda k: k)
             controller = Controller(
-                nodes * g, policies="auto", leaves=[cl.leaf_of(r // g) for r in range(nodes * g)]
+                nodes * g, policies="auto", leaves=[cl.leaf_of(node(r // g)) for r in range(nodes * g)]
             )
         out_dir = out if out is not None else _default_out("sim")
         with _stderr_progress(steps, "simulate", fmt != "json") as bar:
@@ -136,6 +141,7 @@ def register(app: typer.Typer) -> None:
                 controller=controller,
                 progress=lambda n: bar.advance(task, n),
                 options=SimOptions(window=window),
+                node_order=node_order,
             )
         summary = summarize_run(load_run(run_dir), min(warmup, max(steps - 2, 0)))
         if fmt == "json":
@@ -163,6 +169,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(1, "--seed", help="seed of repeat 0 (repeat i uses seed + i)"),
         compare: str = typer.Option("baseline", "--compare", help="modes: baseline or baseline,paced"),
         window: int = typer.Option(50, "--window", help="steps per pacing window (sim)"),
+        node_order: str = typer.Option(
+            "packed", "--node-order", help="sim: packed (sorted hostfile) | shuffled (rendezvous order)"
+        ),
         out: Path | None = typer.Option(
             None, "--out", help="study folder to create (default runs/study-TIME)"
         ),
@@ -201,6 +210,7 @@ def register(app: typer.Typer) -> None:
             noise=noise,
             scenario=scenario,
             window=window,
+            node_order=node_order,
         )
         total = len(plan.points())
         with _stderr_progress(total, "study", True) as bar:

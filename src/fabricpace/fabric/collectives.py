@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -301,18 +301,41 @@ def _empty_pattern(n_links: int) -> Pattern:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_pattern(cluster: Cluster, op: str, nodes: int, g: int, algorithm: str, spray: bool) -> Pattern:
+def _cached_pattern(
+    cluster: Cluster, op: str, nodes: int, g: int, algorithm: str, spray: bool, order: tuple[int, ...] | None
+) -> Pattern:
     """Flow pattern of an algorithm (depends on the cluster's fabric, not on the size): cached, because
     the simulator asks for the same pattern for every bucket size. Callers must not mutate it."""
     topo = Topology.build(cluster, nodes)
     if algorithm in ("tree", "nvls_tree"):
-        return tree_pattern(cluster, topo, nodes, g, spray, chain=algorithm == "tree")
+        return tree_pattern(cluster, topo, nodes, g, spray, chain=algorithm == "tree", order=order)
     if algorithm == "p2p":
-        return alltoall_pattern(cluster, topo, nodes, g)
-    return ring_pattern(cluster, topo, op, nodes, g, spray)
+        return alltoall_pattern(cluster, topo, nodes, g)  # every pair: the order does not matter
+    return ring_pattern(cluster, topo, op, nodes, g, spray, order)
 
 
-def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: str, spray: bool) -> _Plan:
+def _node_order(order: Sequence[int] | None, nodes: int) -> tuple[int, ...] | None:
+    """Validated node order as a hashable tuple; None for the packed order (0..N-1)."""
+    if order is None:
+        return None
+    t = tuple(int(v) for v in order)
+    if sorted(t) != list(range(nodes)):
+        raise InputError(
+            f"node_order: expected each of the job's node ids 0..{nodes - 1} exactly once, got {list(t)[:12]}"
+        )
+    return None if t == tuple(range(nodes)) else t
+
+
+def _plan(
+    fab: _Fabric,
+    op: str,
+    nodes: int,
+    g: int,
+    algorithm: str,
+    protocol: str,
+    spray: bool,
+    order: tuple[int, ...] | None = None,
+) -> _Plan:
     cl, topo = fab.cluster, fab.topo
     tu = cl.tuning
     lat = _latency_s(cl, op, algorithm, protocol, nodes, g)
@@ -328,7 +351,7 @@ def _plan(fab: _Fabric, op: str, nodes: int, g: int, algorithm: str, protocol: s
         return _Plan(algorithm, protocol, _empty_pattern(topo.n_links), cap, lat, t, 0)
     cap = fab.cap(network_efficiency(tu, algorithm))
     key = cl.model_copy(update={"tuning": type(tu)(channels=tu.channels)})  # patterns ignore the rest
-    pat = _cached_pattern(key, op, nodes, g, algorithm, spray)
+    pat = _cached_pattern(key, op, nodes, g, algorithm, spray, order)
     ratio = pat.fixed / cap
     link = int(np.argmax(ratio))
     t = float(ratio[link])
@@ -400,7 +423,14 @@ def selected_plan(cluster: Cluster, op: str, nbytes: float, nodes: int, g: int) 
 
 
 def _choose(
-    fab: _Fabric, op: str, nbytes: float, nodes: int, g: int, algorithm: str | None, protocol: str | None
+    fab: _Fabric,
+    op: str,
+    nbytes: float,
+    nodes: int,
+    g: int,
+    algorithm: str | None,
+    protocol: str | None,
+    order: tuple[int, ...] | None = None,
 ) -> _Plan:
     spray = fab.cluster.network.routing != "ecmp"
     if algorithm is not None and algorithm not in ALGORITHMS:
@@ -412,7 +442,8 @@ def _choose(
     if algorithm == "nvls" and nodes > 1:
         raise InputError("algorithm 'nvls' is single-node; use nvls_tree across nodes")
     alg, proto = _select(fab.cluster, op, float(nbytes), nodes, g, algorithm, protocol)
-    return _plan(fab, op, nodes, g, alg, proto, spray)
+    # NCCL's choice does not depend on the order of the nodes; only the flows of the chosen plan do.
+    return _plan(fab, op, nodes, g, alg, proto, spray, order)
 
 
 def _times(plan: _Plan, nbytes: float, uplink_per_byte: np.ndarray) -> np.ndarray:
@@ -430,17 +461,20 @@ def collective_time(
     protocol: str | None = None,
     rng: np.random.Generator | None = None,
     link_scale: LinkScale = None,
+    node_order: Sequence[int] | None = None,
 ) -> CollectiveResult:
     """Predicted time of one ``op`` of ``nbytes`` (the size nccl-tests prints) on ``nodes`` nodes.
 
     ``rng`` draws the ECMP hashing (default: the cluster's ``ecmp_seed``); ``link_scale`` scales link
     capacities: a float (all network links), an array (one per link of ``Topology.build``), or a mapping
-    of link names (``'leaf0->spine3'``, ``'node2.nic0->switch'``) to factors.
+    of link names (``'leaf0->spine3'``, ``'node2.nic0->switch'``) to factors. ``node_order``: the job's
+    nodes in rank order (NCCL's rings and trees follow it); default the packed order 0..N-1, in which
+    ring neighbours share a leaf.
     """
     cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
     g = _validate(cl, op, nbytes, nodes, gpus_per_node)
     fab = _fabric(cl, nodes, link_scale)
-    plan = _choose(fab, op, nbytes, nodes, g, algorithm, protocol)
+    plan = _choose(fab, op, nbytes, nodes, g, algorithm, protocol, _node_order(node_order, nodes))
     gen = rng if rng is not None else np.random.default_rng(cl.network.ecmp_seed)
     up = float(_draw_uplink_time(fab, plan.pattern, plan.cap, 1, gen)[0])
     t = float(_times(plan, nbytes, np.array([up]))[0])
@@ -481,17 +515,19 @@ def sample_collective_times(
     rng: np.random.Generator,
     link_scale: LinkScale = None,
     gpus_per_node: int | None = None,
+    node_order: Sequence[int] | None = None,
 ) -> np.ndarray:
     """``n`` independent ECMP draws of the time (s) of one collective, vectorized: algorithm and protocol
     are chosen once (NCCL's choice does not depend on hashing), then each draw's busiest uplink is a
     bincount of its hashed connections (the closed form of the max-min bottleneck; see module doc).
-    Cost: O(n x cross-leaf connections), no max-min solve per draw."""
+    Cost: O(n x cross-leaf connections), no max-min solve per draw. ``node_order`` as in
+    ``collective_time``."""
     cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
     g = _validate(cl, op, nbytes, nodes, gpus_per_node)
     if n < 0:
         raise InputError(f"n={n}: must be >= 0")
     fab = _fabric(cl, nodes, link_scale)
-    plan = _choose(fab, op, nbytes, nodes, g, None, None)
+    plan = _choose(fab, op, nbytes, nodes, g, None, None, _node_order(node_order, nodes))
     out = np.empty(n)
     per_draw = max(1, plan.pattern.x_bytes.size * cl.network.qps_per_connection)
     chunk = max(1, 4_000_000 // per_draw)

@@ -8,6 +8,11 @@ which NICs, and how many bytes (per byte of S) each carries; plus their load on 
 * all-to-all: every node pair, spread over the NICs (PXN puts the traffic on the destination's rail).
 
 Cross-leaf connections are returned separately so that ECMP can hash them (see collectives.py).
+
+``order`` (ring and tree): the job's node at each position of the algorithm, ``order[p]`` = node id
+(nodes are numbered in leaf order, as the topology packs them). NCCL builds its inter-node rings and
+trees in rank order, so this is the order of the nodes in the hostfile / rendezvous; None is the packed
+order 0..N-1.
 """
 
 from __future__ import annotations
@@ -96,21 +101,36 @@ def edges_pattern(
     return fixed, flows, xa, xb, xbytes
 
 
-def ring_edges(cluster: Cluster, op: str, nodes: int, g: int) -> tuple[np.ndarray, ...]:
+def _at(order: tuple[int, ...] | None, pos: np.ndarray) -> np.ndarray:
+    """Node ids at algorithm positions ``pos``."""
+    return pos if order is None else np.asarray(order, dtype=np.int64)[pos]
+
+
+def ring_edges(
+    cluster: Cluster, op: str, nodes: int, g: int, order: tuple[int, ...] | None = None
+) -> tuple[np.ndarray, ...]:
     """Inter-node connections of a ring collective: (src node, dst node, NIC, bytes per byte of S).
 
-    One ring per channel, nodes in order; channel c leaves each node from GPU c mod g on that GPU's rail,
-    so channels spread evenly over the NICs."""
+    One ring per channel over the nodes in ``order``; channel c leaves each node from GPU c mod g on that
+    GPU's rail, so channels spread evenly over the NICs."""
     factor = ring_factor(op, nodes * g)
     C = channels(cluster)
     ch = np.repeat(np.arange(C), nodes)
-    src = np.tile(np.arange(nodes), C)
-    dst = (src + 1) % nodes
+    pos = np.tile(np.arange(nodes), C)
+    src, dst = _at(order, pos), _at(order, (pos + 1) % nodes)
     nic = _nic_of_channel(cluster, ch % g, ch)
     return src, dst, nic, np.full(src.shape[0], factor / C)
 
 
-def ring_pattern(cluster: Cluster, topo: Topology, op: str, nodes: int, g: int, spray: bool) -> Pattern:
+def ring_pattern(
+    cluster: Cluster,
+    topo: Topology,
+    op: str,
+    nodes: int,
+    g: int,
+    spray: bool,
+    order: tuple[int, ...] | None = None,
+) -> Pattern:
     factor = ring_factor(op, nodes * g)
     L = topo.n_links
     fixed = np.zeros(L)
@@ -124,7 +144,7 @@ def ring_pattern(cluster: Cluster, topo: Topology, op: str, nodes: int, g: int, 
     empty = np.zeros(0, dtype=np.int64)
     if nodes == 1:
         return Pattern(fixed, empty, empty, np.zeros(0), flows)
-    src, dst, nic, per_edge = ring_edges(cluster, op, nodes, g)
+    src, dst, nic, per_edge = ring_edges(cluster, op, nodes, g, order)
     f, fl, xa, xb, xbytes = edges_pattern(topo, src, dst, per_edge, nic, nic, spray)
     return Pattern(fixed + f, xa, xb, xbytes, flows + fl)
 
@@ -159,7 +179,9 @@ def _btree_parents(nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return t0, t1
 
 
-def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
+def tree_edges(
+    cluster: Cluster, nodes: int, g: int, order: tuple[int, ...] | None = None
+) -> tuple[np.ndarray, ...]:
     """Inter-node connections of the double binary tree all-reduce: (src, dst, NIC, bytes per byte of S).
     Each tree carries half of S, up (reduce) and down (broadcast). As in NCCL (which duplicates the
     channels, tree 0 on channel c and tree 1 on channel c + C), both trees run on every channel, so every
@@ -172,15 +194,22 @@ def tree_edges(cluster: Cluster, nodes: int, g: int) -> tuple[np.ndarray, ...]:
         for k in range(C):
             # channel k leaves from GPU k mod g on that GPU's rail (or NIC k mod R with NICs per node)
             nic = _nic_of_channel(cluster, np.full(child.size, k % g), np.full(child.size, k))
-            srcs += [child, par[child]]
-            dsts += [par[child], child]
+            srcs += [_at(order, child), _at(order, par[child])]
+            dsts += [_at(order, par[child]), _at(order, child)]
             nics += [nic, nic]
             byts += [np.full(child.size, per), np.full(child.size, per)]
     return tuple(np.concatenate(x) for x in (srcs, dsts, nics, byts))
 
 
 def tree_pattern(
-    cluster: Cluster, topo: Topology, nodes: int, g: int, spray: bool, *, chain: bool = True
+    cluster: Cluster,
+    topo: Topology,
+    nodes: int,
+    g: int,
+    spray: bool,
+    *,
+    chain: bool = True,
+    order: tuple[int, ...] | None = None,
 ) -> Pattern:
     """Tree all-reduce; ``chain=False`` leaves out the intra-node chain (NVLS-tree reduces in the switch)."""
     L = topo.n_links
@@ -194,7 +223,7 @@ def tree_pattern(
     empty = np.zeros(0, dtype=np.int64)
     if nodes == 1:
         return Pattern(fixed, empty, empty, np.zeros(0), flows)
-    src, dst, nic, b = tree_edges(cluster, nodes, g)
+    src, dst, nic, b = tree_edges(cluster, nodes, g, order)
     f, fl, xa, xb, xbytes = edges_pattern(topo, src, dst, b, nic, nic, spray)
     return Pattern(fixed + f, xa, xb, xbytes, flows + fl)
 

@@ -4,8 +4,17 @@
 diagnosis and reports read exactly like a real one. See docs/simulator.md.
 """
 
-from fabricpace.sim.loop import SimOptions, simulate
+from fabricpace.sim.loop import NODE_ORDERS, SimOptions, resolve_node_order, simulate
 from fabricpace.sim.noise import Noise, load_noise
 from fabricpace.sim.workload import Workload, load_workload
 
-__all__ = ["Noise", "SimOptions", "Workload", "load_noise", "load_workload", "simulate"]
+__all__ = [
+    "NODE_ORDERS",
+    "Noise",
+    "SimOptions",
+    "Workload",
+    "load_noise",
+    "load_workload",
+    "resolve_node_order",
+    "simulate",
+]

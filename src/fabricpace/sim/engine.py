@@ -85,6 +85,8 @@ class RankState:
     node_of_rank: np.ndarray
     samples: np.ndarray
     gc: GcState | None
+    # Node of each rank at launch (the hostfile / rendezvous order); placement permutes from it.
+    launch_node_of_rank: np.ndarray | None = None
     origin_s: float = 0.0  # absolute time at which the previous step's collectives completed
     prev_opt: np.ndarray | None = None
     pacing: PacingState = field(default_factory=PacingState)
@@ -118,8 +120,11 @@ class Engine:
         nodes: int,
         gpus_per_node: int,
         seed: int,
+        node_order: np.ndarray | None = None,
     ) -> None:
         self.w = workload
+        # Node rank k runs on node node_order[k] (ranks k*g .. k*g+g-1); None: node k.
+        self.node_order = None if node_order is None else np.asarray(node_order, dtype=np.int64)
         self.noise = noise
         self.nodes = nodes
         self.g = gpus_per_node
@@ -140,8 +145,12 @@ class Engine:
         self.frac = np.cumsum(sizes) / sizes.sum() if self.coll.ops[0] == "all_reduce" else None
 
     def initial_state(self) -> RankState:
+        launch = np.arange(self.world) // self.g
+        if self.node_order is not None:
+            launch = self.node_order[launch]
         return RankState(
-            node_of_rank=np.arange(self.world) // self.g,
+            node_of_rank=launch.copy(),
+            launch_node_of_rank=launch,
             samples=np.full(self.world, self.w.batch_per_gpu, dtype=np.int64),
             gc=self.gc_init,
         )

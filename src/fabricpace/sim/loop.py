@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,31 @@ def _max_delay_share(controller: Any) -> float:
     return float(getattr(config, "max_delay_share", PacingConfig().max_delay_share))
 
 
+NODE_ORDERS = ("packed", "shuffled")
+
+
+def resolve_node_order(spec: str | Sequence[int] | None, *, nodes: int, seed: int) -> np.ndarray | None:
+    """The job's nodes in rank order: None for ``packed`` (node ranks in leaf order, what a
+    topology-sorted hostfile gives); ``shuffled`` draws the order from the seed — torchrun's c10d
+    rendezvous numbers nodes in the order they join, so without a sorted hostfile the ring visits the
+    leaves in no particular order; or an explicit list of node ids 0..nodes-1."""
+    if spec is None or (isinstance(spec, str) and spec == "packed"):
+        return None
+    if isinstance(spec, str):
+        if spec != "shuffled":
+            raise InputError(f"--node-order {spec!r}: use one of {', '.join(NODE_ORDERS)}")
+        return np.random.default_rng([seed, 0x0D]).permutation(nodes)
+    order = np.asarray([int(v) for v in spec], dtype=np.int64)
+    if sorted(order.tolist()) != list(range(nodes)):
+        raise InputError(f"node order: expected each of the node ids 0..{nodes - 1} exactly once")
+    return order
+
+
+def _ring_nodes(node_of_rank: np.ndarray, g: int) -> list[int]:
+    """Node of each node rank (ranks k*g .. k*g+g-1 share a node): the order NCCL's rings follow."""
+    return [int(v) for v in node_of_rank[::g]]
+
+
 def _run_id(*parts: Any) -> str:
     return "sim-" + hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -98,10 +123,12 @@ def simulate(
     controller: Any = None,
     progress: Callable[[int], None] | None = None,
     options: SimOptions = SimOptions(),
+    node_order: str | Sequence[int] | None = None,
 ) -> Path:
     """Simulate ``steps`` training steps of ``workload`` on ``nodes`` nodes of ``cluster``.
 
     Returns the run directory. ``progress`` is called with the number of steps just finished.
+    ``node_order``: ``packed`` (default), ``shuffled`` or node ids in rank order (``resolve_node_order``).
     Bad input raises ``InputError``/``ConfigError``; an existing non-empty ``out_dir`` is refused.
     """
     cl = _load_cluster(cluster)
@@ -123,6 +150,12 @@ def simulate(
 
     p = wl.spec.parallelism
     dp_nodes = nodes // p.pp
+    order = resolve_node_order(node_order, nodes=nodes, seed=seed)
+    if order is not None and (p.pp > 1 or p.tp > 1):
+        raise ConfigError(
+            f"{wl.source}: a node order other than 'packed' is modelled for data parallelism only "
+            "(tp = pp = 1); use --node-order packed"
+        )
     from fabricpace.sim.engine import step_collectives
 
     coll = step_collectives(wl)
@@ -135,14 +168,19 @@ def simulate(
         noise=nz,
         seed=seed,
         names=names,
+        node_order=None if order is None else order.tolist(),
     )
-    engine = Engine(workload=wl, noise=nz, transfers=transfers, nodes=nodes, gpus_per_node=g, seed=seed)
+    engine = Engine(
+        workload=wl, noise=nz, transfers=transfers, nodes=nodes, gpus_per_node=g, seed=seed, node_order=order
+    )
     state = engine.initial_state()
     pacing_info: dict[str, Any] = {"mode": "off"}
     if controller is not None:
         pacing_info = {"mode": "paced", "controller": type(controller).__name__, "window": options.window}
     elif options.pinned is not None:
         apply_state(state, options.pinned, batch=wl.batch_per_gpu, gpus_per_node=g)
+        if options.pinned.placement is not None and p.pp == 1 and p.tp == 1:
+            transfers.reorder(_ring_nodes(state.node_of_rank, g), from_step=0)
         pacing_info = {"mode": "pinned", "state": repr(options.pinned)}
     manifest = Manifest(
         source="sim",
@@ -153,7 +191,13 @@ def simulate(
         workload={**wl.describe(), "model_parallel": wl.model_parallel},
         cluster=cl.model_dump(mode="json"),
         pacing=pacing_info,
-        extra={"seed": seed, "steps": steps, "noise": nz.describe(), "faults_outside_job": outside},
+        extra={
+            "seed": seed,
+            "steps": steps,
+            "noise": nz.describe(),
+            "faults_outside_job": outside,
+            "node_order": None if order is None else order.tolist(),
+        },
     )
     rec = Recorder(
         out, manifest, ops=coll.ops, sizes=coll.sizes, record_collectives=options.record_collectives
@@ -184,6 +228,8 @@ def simulate(
                     step_time_s=float(np.median([s.step_median_ns for s in summaries])) / 1e9,
                     max_delay_share=_max_delay_share(controller),
                 )
+                if new_state.placement is not None and p.pp == 1 and p.tp == 1:
+                    transfers.reorder(_ring_nodes(state.node_of_rank, g), from_step=w1)
             except Exception as exc:  # the real layer turns pacing off on any controller error
                 from fabricpace.pacing.state import Decision
 

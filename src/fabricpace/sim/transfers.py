@@ -52,7 +52,11 @@ def _scale_vector(names: list[str] | None, scale: dict[str, float]) -> np.ndarra
 
 
 class TransferModel:
-    """Transfer seconds per (step, collective) for a job, drawn once for all steps up front."""
+    """Transfer seconds per (step, collective) for a job, drawn once for all steps up front.
+
+    ``node_order``: the job's nodes in rank order (NCCL's rings and trees follow it); None is the
+    packed order, in which ring neighbours share a leaf. ``reorder`` switches to another order from a
+    given step on (a restart with a new hostfile: new connections, so a new ECMP draw)."""
 
     def __init__(
         self,
@@ -65,25 +69,34 @@ class TransferModel:
         noise: Noise,
         seed: int,
         names: list[str] | None,
+        node_order: Sequence[int] | None = None,
     ) -> None:
-        from fabricpace.fabric import sample_collective_times
-
         used = set(names) if names is not None else None
         seg, states = noise.link_scales(steps, rng=np.random.default_rng([seed, 0xF0]), used=used)
         self.segments = seg
         self.scales = states
+        self._args = (cluster, nodes, gpus_per_node, seed, names)
         unique = sorted(set(ops_sizes))
         self._col = {key: i for i, key in enumerate(unique)}
-        times = np.zeros((steps, len(unique)))
-        for s_id, state in enumerate(states):
-            where = np.nonzero(seg == s_id)[0]
+        self.node_order = None if node_order is None else tuple(int(v) for v in node_order)
+        self.restarts = 0
+        self.times = self._compute(self.node_order, restart=0)
+
+    def _compute(self, node_order: tuple[int, ...] | None, *, restart: int) -> np.ndarray:
+        from fabricpace.fabric import sample_collective_times
+
+        cluster, nodes, gpus_per_node, seed, names = self._args
+        times = np.zeros((self.segments.shape[0], len(self._col)))
+        for s_id, state in enumerate(self.scales):
+            where = np.nonzero(self.segments == s_id)[0]
             if where.size == 0:
                 continue
             vec = _scale_vector(names, state)
             for key, col in self._col.items():
                 op, nbytes = key
-                # The same seed for every size and segment: one ECMP draw for the whole run.
-                rng = np.random.default_rng([seed, _ECMP_STREAM])
+                # The same seed for every size and segment: one ECMP draw per launch of the job.
+                key_seed = [seed, _ECMP_STREAM] + ([restart] if restart else [])
+                rng = np.random.default_rng(key_seed)
                 t = sample_collective_times(
                     cluster,
                     op,
@@ -93,13 +106,28 @@ class TransferModel:
                     rng=rng,
                     link_scale=vec,
                     gpus_per_node=gpus_per_node,
+                    node_order=node_order,
                 )
                 times[where, col] = float(np.asarray(t, dtype=float)[0])
         if not np.all(np.isfinite(times)) or np.any(times < 0):
             from fabricpace._errors import SimulationError
 
             raise SimulationError("fabric model returned a negative or non-finite collective time")
-        self.times = times
+        return times
+
+    def reorder(self, node_order: Sequence[int], *, from_step: int) -> None:
+        """Use ``node_order`` from ``from_step`` on (placement applied at a restart)."""
+        order = tuple(int(v) for v in node_order)
+        if order == tuple(range(len(order))):
+            order_or_none: tuple[int, ...] | None = None
+        else:
+            order_or_none = order
+        if order_or_none == self.node_order:
+            return
+        self.restarts += 1
+        fresh = self._compute(order_or_none, restart=self.restarts)
+        self.times[from_step:] = fresh[from_step:]
+        self.node_order = order_or_none
 
     def columns(self, ops_sizes: Sequence[tuple[str, int]]) -> np.ndarray:
         """Column index (into ``times``) of each (op, bytes) in the given order."""

@@ -41,6 +41,7 @@ class StudyPlan:
     noise: str | None = None
     scenario: str | None = None
     window: int = 50
+    node_order: str = "packed"  # sim: packed | shuffled (rendezvous order drawn per seed)
 
     def points(self) -> list[tuple[int, str, int]]:
         # Interleave modes within a repeat so slow drift on real backends hits both modes alike.
@@ -70,6 +71,12 @@ def check_plan(plan: StudyPlan) -> None:
         raise InputError(
             f"--steps {plan.steps} / --warmup {plan.warmup}: need at least warmup + 2 steps to measure"
         )
+    from fabricpace.sim import NODE_ORDERS
+
+    if plan.node_order not in NODE_ORDERS:
+        raise InputError(f"--node-order {plan.node_order!r}: choose one of {', '.join(NODE_ORDERS)}")
+    if plan.backend != "sim" and plan.node_order != "packed":
+        raise InputError(f"--node-order {plan.node_order}: only the sim backend models the node order")
     if plan.backend == "sim" and (plan.cluster is None or plan.workload is None):
         raise InputError("study --backend sim needs --cluster and --workload, or --scenario NAME|DIR")
 
@@ -87,11 +94,13 @@ def _backend_module(name: str) -> Any:
 
 
 def _sim_point(plan: StudyPlan, *, nodes: int, mode: str, seed: int, out_dir: Path) -> Path:
-    from fabricpace.sim import SimOptions, simulate
+    from fabricpace.sim import SimOptions, resolve_node_order, simulate
 
+    # Both modes of a repeat launch in the same order (the same seed draws the same rendezvous).
+    order = resolve_node_order(plan.node_order, nodes=nodes, seed=seed)
     controller = None
     if mode == "paced":
-        controller = _make_controller(plan, nodes)
+        controller = _make_controller(plan, nodes, order)
     return simulate(
         plan.cluster,
         plan.workload,  # type: ignore[arg-type]
@@ -102,10 +111,11 @@ def _sim_point(plan: StudyPlan, *, nodes: int, mode: str, seed: int, out_dir: Pa
         out_dir=out_dir,
         controller=controller,
         options=SimOptions(window=plan.window),
+        node_order=None if order is None else order.tolist(),
     )
 
 
-def _make_controller(plan: StudyPlan, nodes: int) -> Any:
+def _make_controller(plan: StudyPlan, nodes: int, order: Any = None) -> Any:
     try:
         from fabricpace.pacing import Controller
     except ImportError as exc:
@@ -116,7 +126,8 @@ def _make_controller(plan: StudyPlan, nodes: int) -> Any:
 
     cl = load_cluster(plan.cluster)  # type: ignore[arg-type]
     g = cl.gpus_per_node
-    leaves = [cl.leaf_of(r // g) for r in range(nodes * g)]
+    node = (lambda k: int(order[k])) if order is not None else (lambda k: k)
+    leaves = [cl.leaf_of(node(r // g)) for r in range(nodes * g)]
     # The same policies as the observer's pacing="auto".
     return Controller(nodes * g, policies="auto", leaves=leaves)
 
