@@ -32,7 +32,7 @@ class DiagnoseConfig:
 
     # topology contention: transfer time above what the fabric delivered (or should deliver).
     contention_min_share: float = 0.05  # exposed excess transfer, share of step time
-    contention_min_inflation: float = 1.5  # a collective counts as inflated above this × baseline
+    contention_min_inflation: float = 1.2  # a collective counts as inflated above this × baseline
     contention_baseline_quantile: float = 0.10  # quiet baseline: this quantile of a collective's times
     contention_concentration: float = 0.7  # share of the excess that must sit on cross-leaf groups
     contention_runs_z: float = -4.0  # runs-test z below which inflated steps cluster in periods
