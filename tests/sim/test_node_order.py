@@ -65,12 +65,13 @@ def test_shuffled_order_is_slower_and_placement_restores_the_packed_time(tmp_pat
     }
     assert t["shuffled"] > 1.2 * t["packed"]  # 4x the spine traffic on a 2:1 spine: comm is exposed
     assert t["placed"] == pytest.approx(t["packed"], rel=0.01)
-    # ranks.parquet tells where each rank ran: node rank k on node order[k] at launch, grouped after.
-    nodes = shuffled.ranks.sort("rank")["node"].to_numpy()[::g]
-    assert nodes.tolist() == order
-    placed_nodes = placed.ranks.sort("rank")["node"].to_numpy()[::g]
-    assert [n // 4 for n in placed_nodes] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert shuffled.manifest.extra["node_order"] == order
+    # ranks.parquet tells where each rank ran (node rank k on node order[k]); the manifest the ring.
+    for run in (shuffled, placed):
+        assert run.ranks.sort("rank")["node"].to_numpy()[::g].tolist() == order
+        assert run.manifest.extra["node_order"] == order
+    ring = placed.manifest.extra["ring_node_order"]
+    assert [n // 4 for n in ring] == [0, 0, 0, 0, 1, 1, 1, 1] and sorted(ring) == list(range(8))
+    assert "ring_node_order" not in shuffled.manifest.extra
 
 
 def test_placement_splitting_a_node_is_refused(tmp_path, paper_cluster, small_workload):

@@ -85,8 +85,6 @@ class RankState:
     node_of_rank: np.ndarray
     samples: np.ndarray
     gc: GcState | None
-    # Node of each rank at launch (the hostfile / rendezvous order); placement permutes from it.
-    launch_node_of_rank: np.ndarray | None = None
     origin_s: float = 0.0  # absolute time at which the previous step's collectives completed
     prev_opt: np.ndarray | None = None
     pacing: PacingState = field(default_factory=PacingState)
@@ -149,8 +147,7 @@ class Engine:
         if self.node_order is not None:
             launch = self.node_order[launch]
         return RankState(
-            node_of_rank=launch.copy(),
-            launch_node_of_rank=launch,
+            node_of_rank=launch,
             samples=np.full(self.world, self.w.batch_per_gpu, dtype=np.int64),
             gc=self.gc_init,
         )

@@ -97,9 +97,9 @@ def resolve_node_order(spec: str | Sequence[int] | None, *, nodes: int, seed: in
     return order
 
 
-def _ring_nodes(node_of_rank: np.ndarray, g: int) -> list[int]:
-    """Node of each node rank (ranks k*g .. k*g+g-1 share a node): the order NCCL's rings follow."""
-    return [int(v) for v in node_of_rank[::g]]
+def _ring_nodes(node_of_rank: np.ndarray, placement: Sequence[int], g: int) -> list[int]:
+    """Nodes in the order a ring over the ranks in ``placement`` order visits them (whole nodes)."""
+    return [int(v) for v in node_of_rank[np.asarray(placement, dtype=np.int64)][::g]]
 
 
 def _run_id(*parts: Any) -> str:
@@ -180,7 +180,7 @@ def simulate(
     elif options.pinned is not None:
         apply_state(state, options.pinned, batch=wl.batch_per_gpu, gpus_per_node=g)
         if options.pinned.placement is not None and p.pp == 1 and p.tp == 1:
-            transfers.reorder(_ring_nodes(state.node_of_rank, g), from_step=0)
+            transfers.reorder(_ring_nodes(state.node_of_rank, options.pinned.placement, g), from_step=0)
         pacing_info = {"mode": "pinned", "state": repr(options.pinned)}
     manifest = Manifest(
         source="sim",
@@ -229,7 +229,7 @@ def simulate(
                     max_delay_share=_max_delay_share(controller),
                 )
                 if new_state.placement is not None and p.pp == 1 and p.tp == 1:
-                    transfers.reorder(_ring_nodes(state.node_of_rank, g), from_step=w1)
+                    transfers.reorder(_ring_nodes(state.node_of_rank, new_state.placement, g), from_step=w1)
             except Exception as exc:  # the real layer turns pacing off on any controller error
                 from fabricpace.pacing.state import Decision
 
@@ -257,5 +257,7 @@ def simulate(
         pp=p.pp,
         nodes=nodes,
     )
+    if transfers.restarts:
+        extra["ring_node_order"] = list(transfers.node_order or range(dp_nodes))
     rec.close(**extra)
     return out

@@ -13,12 +13,13 @@ Each field acts only through the mechanism the real actuator has:
   of one rank and step stop once they add up to the delay budget, ``max_delay_share`` × the median
   step time of the window that decided the state (the pacer's budget); a pinned state with no step
   time yet is uncapped (an oracle). FSDP runs are not gated.
-- ``placement``: a rank order (position -> launch rank), as ``fabricpace place`` writes a hostfile:
-  after the restart it stands for, rank ``p`` runs on the node that ran rank ``placement[p]`` at launch.
-  Node faults follow the node, rank faults the rank id. NCCL builds its rings and trees in rank order,
-  so the simulator's loop re-derives the ring's node order from the new mapping and recomputes the
-  transfers from that step on (``TransferModel.reorder``; a new launch, so a new ECMP draw). The
-  restart itself (checkpoint, relaunch) is not charged.
+- ``placement``: a rank order (position -> rank), as ``fabricpace place`` writes a hostfile. After the
+  restart it stands for, NCCL's rings and trees visit the ranks — so the nodes — in that order. In
+  reality the restart renumbers the ranks; the simulator keeps each rank's id on its hardware instead
+  (so the controller's per-rank knowledge, node faults and rank faults all stay where they were) and
+  reorders the ring: the loop recomputes the transfers from that step on for the new node order
+  (``TransferModel.reorder``; a new launch, so a new ECMP draw). The restart itself (checkpoint,
+  relaunch) is not charged.
 """
 
 from __future__ import annotations
@@ -53,13 +54,9 @@ def apply_state(
         order = np.asarray(pacing.placement, dtype=np.int64)
         if order.shape != (world,) or not np.array_equal(np.sort(order), np.arange(world)):
             raise SimulationError("pacing placement must be a permutation of all ranks")
-        launch = state.launch_node_of_rank
-        if launch is None:
-            launch = np.arange(world) // gpus_per_node
-        moved = np.asarray(launch, dtype=np.int64)[order]
-        if np.any(moved.reshape(-1, gpus_per_node) != moved[::gpus_per_node, None]):
+        visited = state.node_of_rank[order]
+        if np.any(visited.reshape(-1, gpus_per_node) != visited[::gpus_per_node, None]):
             raise SimulationError("pacing placement must keep each node's ranks together (whole nodes move)")
-        state.node_of_rank = moved
     if pacing.gc_interval is not None and pacing.gc_interval < 1:
         raise SimulationError(f"pacing gc_interval must be >= 1, got {pacing.gc_interval}")
     if pacing.gc_full_interval is not None and pacing.gc_full_interval < 1:
