@@ -43,7 +43,7 @@ from fabricpace.fabric import load_cluster
 from fabricpace.pacing import Controller, PacingConfig
 from fabricpace.pacing.state import PacingState
 from fabricpace.run.reader import load_run
-from fabricpace.sim import SimOptions, simulate
+from fabricpace.sim import SimOptions, resolve_node_order, simulate
 from fabricpace.sim.noise import Noise, NoiseSpec, load_noise
 from fabricpace.study.metrics import summarize_run
 
@@ -160,14 +160,18 @@ def run(
     warmup: int = 50,
     window: int = 50,
     wl: Any = None,
+    node_order: str = "packed",
 ) -> Run:
-    """One simulated run: mode "baseline", "paced" (auto controller + guard) or a pinned state."""
+    """One simulated run: mode "baseline", "paced" (auto controller + guard) or a pinned state.
+    ``node_order`` "shuffled" launches the nodes in a rendezvous order drawn from the seed (both modes
+    of a seed get the same order); the paced controller is told each rank's leaf, as the study does."""
     cl = cl if cl is not None else cluster()
     controller = None
     pinned = mode if isinstance(mode, PacingState) else None
+    order = resolve_node_order(node_order, nodes=nodes, seed=seed)
     if mode == "paced":
         g = cl.gpus_per_node
-        leaves = [cl.leaf_of(r // g) for r in range(nodes * g)]
+        leaves = [cl.leaf_of(r // g if order is None else int(order[r // g])) for r in range(nodes * g)]
         controller = Controller(nodes * g, config or PacingConfig(), policies="auto", leaves=leaves)
     with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
         out = simulate(
@@ -180,6 +184,7 @@ def run(
             out_dir=Path(tmp) / "run",
             controller=controller,
             options=SimOptions(window=window, record_collectives=False, pinned=pinned),
+            node_order=None if order is None else order.tolist(),
         )
         row = summarize_run(load_run(out), warmup)
     dec = tuple(f"{d.step}:{d.policy}/{d.action}" for d in controller.decisions) if controller else ()
@@ -427,6 +432,18 @@ def unseen_point(k: int) -> Point:
                  noise=NoiseSpec.model_validate(d))
 
 
+def unseen_node_order(k: int, how: str, wl: Any) -> str:
+    """Launch order of unseen point ``k``: ``packed``, ``shuffled``, or for ``mixed`` a coin flip from
+    its own stream (the noise draws of point ``k`` stay what they are with ``packed``). Only plain data
+    parallelism models a node order."""
+    par = wl.spec.parallelism
+    if how == "packed" or par.tp > 1 or par.pp > 1:
+        return "packed"
+    if how == "shuffled":
+        return "shuffled"
+    return "shuffled" if np.random.default_rng([0x0D0, k]).random() < 0.5 else "packed"
+
+
 def unseen(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
     """Baseline vs paced on ``--points`` random unseen scenarios, paired seeds, verdicts on both
     throughput and CV."""
@@ -442,7 +459,8 @@ def unseen(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
         for k in range(first, first + args.points):
             pt = unseen_point(k)
             cl, wl = load_unseen_cluster(pt.cluster), load_unseen_workload(pt.workload)
-            kw = {"nodes": pt.nodes, "cl": cl, "wl": wl, "steps": args.steps}
+            order = unseen_node_order(k, args.node_order, wl)
+            kw = {"nodes": pt.nodes, "cl": cl, "wl": wl, "steps": args.steps, "node_order": order}
             base = [run(pt.noise, seed=s, **kw) for s in seeds]
             paced = [run(pt.noise, seed=s, mode="paced", config=config, **kw) for s in seeds]
             p = paired(base, paced)
@@ -450,7 +468,7 @@ def unseen(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
             worse_cv += p.cv_verdict == "CV WORSE"
             kept = sum(any("keep" in d for d in r.decisions) for r in paced)
             trials = sum(sum("enable" in d for d in r.decisions) for r in paced)
-            fam = "+".join(pt.families)
+            fam = "+".join(pt.families) + ("+shuffled" if order == "shuffled" else "")
             out[pt.name] = {"cluster": pt.cluster, "workload": pt.workload, "nodes": pt.nodes,
                             "families": fam, **asdict(p), "verdict": p.verdict, "cv_verdict": p.cv_verdict,
                             "trials": trials, "runs_with_keep": kept}
@@ -588,6 +606,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="PacingConfig override for the paced arm, e.g. --set guard_max_pairs=4")
     ap.add_argument("--verbose", action="store_true", help="print each paced run's decisions")
+    ap.add_argument("--node-order", default="packed", choices=("packed", "shuffled", "mixed"),
+                    help="unseen: launch order of the nodes (mixed: shuffled for about half the points)")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args(argv)
     global CLUSTER, WORKLOAD
