@@ -3,7 +3,8 @@
 It runs the real commands a user would run, one after another, and prints each one first so the
 user can repeat any step by hand:
 
-1. the simulated ``paper`` study (baseline vs paced, in the form of the paper's Table 1);
+1. the simulated ``paper`` study (baseline vs paced, in the form of the paper's Table 1), then the same
+   cluster launched in rendezvous order, where the placement actuator has something to do;
 2. a real local multi-process run (gloo ranks on loopback) with host noise and a slow rank, observed,
    once with pacing off and once with ``pacing=auto``;
 3. the diagnosis of the unpaced run;
@@ -76,6 +77,12 @@ def register(app: typer.Typer) -> None:
             ["study", "--backend", "sim", "--scenario", "paper", "--nodes", nodes, "--compare",
              "baseline,paced", "--repeats", repeats, "--steps", sim_steps, "--warmup", "20",
              "--out", str(folder / "paper-study")],
+        )
+        _step(
+            "1/4  the same cluster with its nodes in rendezvous order (an unsorted hostfile): placement",
+            ["study", "--backend", "sim", "--scenario", "paper", "--nodes", nodes.split(",", 1)[1],
+             "--compare", "baseline,paced", "--repeats", "1", "--steps", sim_steps, "--warmup", "60",
+             "--node-order", "shuffled", "--no-figures", "--out", str(folder / "paper-shuffled")],
         )
         off, auto = folder / "local-off", folder / "local-auto"
         for run_dir, pacing in ((off, "off"), (auto, "auto")):
