@@ -152,8 +152,9 @@ def tuner_choice(
     tuner: str, op: str, nbytes: float, nodes: int, gpus_per_node: int, *, nvls: bool
 ) -> tuple[str, str] | None:
     """(algorithm, protocol) the tuner picks, or None where it leaves the choice to NCCL. Like the plugin,
-    it skips NVLS-tree regions when NVLink SHARP is not available."""
-    if tuner != "aws-ofi-p5" or op != "all_reduce" or gpus_per_node != 8 or nbytes <= 0:
+    it skips NVLS-tree regions when NVLink SHARP is not available, and since aws-ofi-nccl PR #778/#779
+    (February 2025, in the v1.16.3 the measured p5 run used) it makes no choice on 2 nodes or fewer."""
+    if tuner != "aws-ofi-p5" or op != "all_reduce" or gpus_per_node != 8 or nbytes <= 0 or nodes <= 2:
         return None
     p = _log((float(nbytes), float(nodes * gpus_per_node)))
     for algorithm, protocol, polygon in _p5_all_reduce():
