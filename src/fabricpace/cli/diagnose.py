@@ -59,6 +59,9 @@ def _evidence_line(f: dict[str, Any]) -> str:
     elif mode == "topology_contention":
         parts.append(f"transfer ×{ev['transfer_inflation_median']:.2f} vs {ev['transfer_baseline']}")
         parts.append(ev.get("concentrated", ""))
+        order = ev.get("ring_leaf_crossings")
+        if order:
+            parts.append(f"rank order crosses leaves {order['crossings']}x per ring (min {order['minimum']})")
         for p in (ev.get("periods") or [])[:2]:
             parts.append(f"steps {p['first_step']}–{p['last_step']}")
     elif mode == "input_stall":

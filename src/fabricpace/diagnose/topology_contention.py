@@ -229,6 +229,9 @@ def detect(
             "notes": notes,
         }
     )
+    order = _rank_order_crossings(m, hot)
+    if order is not None:
+        evidence["ring_leaf_crossings"] = order
     hosts = m.rank_info["host"].n_unique() if m.rank_info.height and "host" in m.rank_info.columns else 0
     if hosts == 1:  # no network between the ranks: the path is loopback / shared memory / NVLink
         evidence["scope"] = (
@@ -247,6 +250,12 @@ def detect(
             "oversubscription and ECMP hashing (path pinning / QP-aware hashing)"
         )
         rec += ", and find the foreign jobs sharing those links in the named periods." if in_time else "."
+        if order is not None:
+            rec = (
+                f"The ranks' node order makes a ring cross leaves {order['crossings']} times where "
+                f"{order['minimum']} would do (NCCL's rings follow rank order): relaunch with a leaf-grouped "
+                "hostfile (fabricpace place --cluster FILE --hosts FILE). " + rec
+            )
     return (
         [
             Finding(
@@ -264,6 +273,32 @@ def detect(
         metrics,
         None,
     )
+
+
+def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | None:
+    """Leaf changes along the hottest cross-leaf group's rank order (NCCL builds rings in rank order),
+    when it is more than the minimum (one per leaf): evidence that the hostfile is not sorted by leaf."""
+    if not m.rank_info.height or not {"rank", "node", "leaf"} <= set(m.rank_info.columns):
+        return None
+    cross = hot.filter(pl.col("n_leaves") > 1)
+    if cross.height == 0:
+        return None
+    group, members = cross.row(0, named=True)["group"], cross.row(0, named=True)["members"]
+    info = (
+        m.rank_info.select("rank", "node", "leaf").unique(subset=["rank"])
+        .filter(pl.col("rank").is_in(list(members)) & pl.col("leaf").is_not_null())
+        .sort("rank")
+    )
+    node, leaf = info["node"].to_numpy(), info["leaf"].to_numpy()
+    if node.size < 2:
+        return None
+    keep = np.concatenate([[True], node[1:] != node[:-1]])  # one entry per node visit in rank order
+    seq = leaf[keep]
+    crossings = int(np.count_nonzero(seq != np.roll(seq, -1))) if seq.size > 1 else 0
+    minimum = int(np.unique(seq).size) if np.unique(seq).size > 1 else 0
+    if crossings <= minimum:
+        return None
+    return {"group": group, "crossings": crossings, "minimum": minimum, "nodes": int(seq.size)}
 
 
 def _periods(steps: np.ndarray, flags: np.ndarray, loss: np.ndarray) -> list[dict[str, Any]]:
