@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Scaling study: throughput and CV against node count, optionally baseline vs paced (Table 1)."""
         check_format(fmt, ("table", "json"))
-        from fabricpace.study.runner import BACKENDS, StudyPlan, run_study
+        from fabricpace.study.runner import BACKENDS, StudyPlan, check_plan, run_study
 
         if backend not in BACKENDS:
             raise InputError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -212,6 +212,7 @@ def register(app: typer.Typer) -> None:
             window=window,
             node_order=node_order,
         )
+        check_plan(plan)  # bad input fails before the progress bar draws anything
         total = len(plan.points())
         with _stderr_progress(total, "study", True) as bar:
             task = bar.add_task(f"study ({backend})", total=total)
