@@ -36,14 +36,17 @@ def _stderr_progress(total: int, label: str, enabled: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    err = Console(stderr=True)
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=err,
         transient=True,
-        disable=not enabled,
+        # Off when stderr is not a terminal: a redirected bar only leaves a blank line in front of
+        # an error, which must be the one line the user sees.
+        disable=not (enabled and err.is_terminal),
     )
 
 
