@@ -43,7 +43,7 @@ from fabricpace.fabric import load_cluster
 from fabricpace.pacing import Controller, PacingConfig
 from fabricpace.pacing.state import PacingState
 from fabricpace.run.reader import load_run
-from fabricpace.sim import SimOptions, resolve_node_order, simulate
+from fabricpace.sim import SimOptions, rank_leaves, resolve_node_order, simulate
 from fabricpace.sim.noise import Noise, NoiseSpec, load_noise
 from fabricpace.study.metrics import summarize_run
 
@@ -170,9 +170,8 @@ def run(
     pinned = mode if isinstance(mode, PacingState) else None
     order = resolve_node_order(node_order, nodes=nodes, seed=seed)
     if mode == "paced":
-        g = cl.gpus_per_node
-        leaves = [cl.leaf_of(r // g if order is None else int(order[r // g])) for r in range(nodes * g)]
-        controller = Controller(nodes * g, config or PacingConfig(), policies="auto", leaves=leaves)
+        leaves = rank_leaves(cl, nodes=nodes, node_order=order)
+        controller = Controller(len(leaves), config or PacingConfig(), policies="auto", leaves=leaves)
     with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
         out = simulate(
             cl,

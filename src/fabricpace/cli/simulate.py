@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
         from fabricpace.run.reader import load_run
-        from fabricpace.sim import SimOptions, resolve_node_order
+        from fabricpace.sim import SimOptions, rank_leaves, resolve_node_order
         from fabricpace.sim import simulate as run_sim
         from fabricpace.study.metrics import summarize_run
 
@@ -126,9 +126,8 @@ def register(app: typer.Typer) -> None:
             if nodes > cl.nodes or nodes < 1:
                 raise InputError(f"--nodes {nodes}: cluster {cl.name!r} has 1..{cl.nodes} nodes")
             launch = resolve_node_order(node_order, nodes=nodes, seed=seed)
-            node = (lambda k: int(launch[k])) if launch is not None else (lambda k: k)
             controller = Controller(
-                nodes * g, policies="auto", leaves=[cl.leaf_of(node(r // g)) for r in range(nodes * g)]
+                nodes * g, policies="auto", leaves=rank_leaves(cl, nodes=nodes, node_order=launch)
             )
         out_dir = out if out is not None else _default_out("sim")
         with _stderr_progress(steps, "simulate", fmt != "json") as bar:

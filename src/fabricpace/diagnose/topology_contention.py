@@ -283,7 +283,8 @@ def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | 
     cross = hot.filter(pl.col("n_leaves") > 1)
     if cross.height == 0:
         return None
-    group, members = cross.row(0, named=True)["group"], cross.row(0, named=True)["members"]
+    hottest = cross.row(0, named=True)
+    group, members = hottest["group"], hottest["members"]
     info = (
         m.rank_info.select("rank", "node", "leaf").unique(subset=["rank"])
         .filter(pl.col("rank").is_in(list(members)) & pl.col("leaf").is_not_null())
@@ -294,8 +295,9 @@ def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | 
         return None
     keep = np.concatenate([[True], node[1:] != node[:-1]])  # one entry per node visit in rank order
     seq = leaf[keep]
-    crossings = int(np.count_nonzero(seq != np.roll(seq, -1))) if seq.size > 1 else 0
-    minimum = int(np.unique(seq).size) if np.unique(seq).size > 1 else 0
+    crossings = int(np.count_nonzero(seq != np.roll(seq, -1)))
+    used = int(np.unique(seq).size)
+    minimum = used if used > 1 else 0
     if crossings <= minimum:
         return None
     return {"group": group, "crossings": crossings, "minimum": minimum, "nodes": int(seq.size)}

@@ -4,7 +4,7 @@
 diagnosis and reports read exactly like a real one. See docs/simulator.md.
 """
 
-from fabricpace.sim.loop import NODE_ORDERS, SimOptions, resolve_node_order, simulate
+from fabricpace.sim.loop import NODE_ORDERS, SimOptions, rank_leaves, resolve_node_order, simulate
 from fabricpace.sim.noise import Noise, load_noise
 from fabricpace.sim.workload import Workload, load_workload
 
@@ -15,6 +15,7 @@ __all__ = [
     "Workload",
     "load_noise",
     "load_workload",
+    "rank_leaves",
     "resolve_node_order",
     "simulate",
 ]

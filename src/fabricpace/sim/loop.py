@@ -97,6 +97,14 @@ def resolve_node_order(spec: str | Sequence[int] | None, *, nodes: int, seed: in
     return order
 
 
+def rank_leaves(cluster: Any, *, nodes: int, node_order: np.ndarray | None) -> list[int]:
+    """Leaf of every rank of a job launched in ``node_order`` (node rank k on node ``node_order[k]``):
+    what a pacing controller is told so that its placement policy can act."""
+    g = cluster.gpus_per_node
+    node_of = np.arange(nodes) if node_order is None else np.asarray(node_order, dtype=np.int64)
+    return [int(cluster.leaf_of(int(node_of[r // g]))) for r in range(nodes * g)]
+
+
 def _ring_nodes(node_of_rank: np.ndarray, placement: Sequence[int], g: int) -> list[int]:
     """Nodes in the order a ring over the ranks in ``placement`` order visits them (whole nodes)."""
     return [int(v) for v in node_of_rank[np.asarray(placement, dtype=np.int64)][::g]]

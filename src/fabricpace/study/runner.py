@@ -125,11 +125,11 @@ def _make_controller(plan: StudyPlan, nodes: int, order: Any = None) -> Any:
     from fabricpace.fabric import load_cluster
 
     cl = load_cluster(plan.cluster)  # type: ignore[arg-type]
-    g = cl.gpus_per_node
-    node = (lambda k: int(order[k])) if order is not None else (lambda k: k)
-    leaves = [cl.leaf_of(node(r // g)) for r in range(nodes * g)]
-    # The same policies as the observer's pacing="auto".
-    return Controller(nodes * g, policies="auto", leaves=leaves)
+    from fabricpace.sim import rank_leaves
+
+    # The same policies as the observer's pacing="auto"; each rank's leaf as launched.
+    leaves = rank_leaves(cl, nodes=nodes, node_order=order)
+    return Controller(len(leaves), policies="auto", leaves=leaves)
 
 
 def run_point(plan: StudyPlan, *, nodes: int, mode: str, repeat: int) -> dict[str, Any]:
