@@ -154,3 +154,11 @@ def test_import_fabricpace_does_not_import_torch():
     code = "import sys, fabricpace; fabricpace.observe; fabricpace.Observer; print('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+
+
+def test_the_leaf_from_the_environment_reaches_ranks_parquet(tmp_path, monkeypatch):
+    monkeypatch.setenv("FABRICPACE_LEAF", "leaf-a7")
+    with fabricpace.observe(None, tmp_path / "r", window=5, config=CFG) as obs:
+        _train(obs, 6)
+    run = fabricpace.load_run(obs.run_dir)
+    assert run.ranks["leaf"].to_list() == [0] and run.ranks["leaf_name"].to_list() == ["leaf-a7"]

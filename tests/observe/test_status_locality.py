@@ -71,3 +71,28 @@ def test_probe_on_this_machine():
     row = locality.probe(0)
     assert row["rank"] == 0 and row["host"] and row["cpu_affinity"]
     assert row["gpu"] is None  # no GPU on this machine
+
+
+def test_leaf_name_from_the_launch_environment(monkeypatch):
+    monkeypatch.delenv("FABRICPACE_LEAF", raising=False)
+    monkeypatch.delenv("SLURM_TOPOLOGY_ADDR", raising=False)
+    assert locality.leaf_name() is None
+    # Slurm topology/tree: switches from the top down to the leaf, then the node
+    monkeypatch.setenv("SLURM_TOPOLOGY_ADDR", "core0.spine3.leaf17.gpu-node-0042")
+    assert locality.leaf_name() == "leaf17"
+    monkeypatch.setenv("SLURM_TOPOLOGY_ADDR", "gpu-node-0042")  # no switch above the node: unknown
+    assert locality.leaf_name() is None
+    monkeypatch.setenv("FABRICPACE_LEAF", "rack-b")  # the user's own setting wins
+    assert locality.leaf_name() == "rack-b"
+    assert locality.probe(0)["leaf_name"] == "rack-b"
+
+
+def test_rank0_numbers_leaves_by_first_appearance_in_rank_order():
+    from fabricpace.observe.startup import number_leaves, ranks_table
+
+    rows = [{"rank": 2, "leaf_name": "s9"}, {"rank": 0, "leaf_name": "s4"}, {"rank": 1, "leaf_name": "s9"},
+            {"rank": 3}]
+    assert [r.get("leaf") for r in number_leaves(rows)] == [0, 1, 1, None]
+    table = ranks_table(rows)
+    assert table.column("leaf").to_pylist() == [0, 1, 1, None]
+    assert table.column("leaf_name").to_pylist() == ["s4", "s9", "s9", None]

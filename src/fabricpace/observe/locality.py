@@ -24,6 +24,18 @@ def _env_int(name: str) -> int | None:
         return None
 
 
+def leaf_name() -> str | None:
+    """Name of the leaf switch this node hangs off, when the launch environment says: ``FABRICPACE_LEAF``
+    (set it from your topology), else Slurm's ``SLURM_TOPOLOGY_ADDR`` (topology/tree plugin: the switch
+    names from the top switch down to the leaf, then the node, separated by periods; the leaf is the
+    component before the node). Rank 0 numbers the names by first appearance for ``ranks.leaf``."""
+    explicit = os.environ.get("FABRICPACE_LEAF", "").strip()
+    if explicit:
+        return explicit
+    parts = [p for p in os.environ.get("SLURM_TOPOLOGY_ADDR", "").strip().split(".") if p]
+    return parts[-2] if len(parts) >= 2 else None
+
+
 def parse_cpulist(text: str) -> set[int]:
     """'0-3,8,10-11' -> {0, 1, 2, 3, 8, 10, 11}."""
     cpus: set[int] = set()
@@ -124,7 +136,8 @@ def probe(rank: int) -> dict[str, Any]:
         "node": _env_int("GROUP_RANK"),  # torchrun's node index; filled from host order otherwise
         "local_rank": local_rank if local_rank is not None else 0,
         "host": socket.gethostname(),
-        "leaf": None,
+        "leaf": None,  # numbered by rank 0 from leaf_name (startup.ranks_table)
+        "leaf_name": leaf_name(),
         "dp_rank": rank,
         "pp_stage": None,
         "tp_rank": None,

@@ -66,13 +66,27 @@ def workload(model: Any) -> dict[str, Any]:
     return {"model": type(inner).__name__, "parameters": params}
 
 
+def number_leaves(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with ``leaf`` numbered 0, 1, ... by first appearance of ``leaf_name`` in rank order (ranks
+    without a name keep their ``leaf``): diagnosis and placement only compare leaves."""
+    ids: dict[str, int] = {}
+    out = []
+    for row in sorted(rows, key=lambda r: r.get("rank", 0)):
+        name = row.get("leaf_name")
+        if name is not None and row.get("leaf") is None:
+            row = {**row, "leaf": ids.setdefault(str(name), len(ids))}
+        out.append(row)
+    return out
+
+
 def ranks_table(rows: list[dict[str, Any]]) -> pa.Table:
+    rows = number_leaves(rows)
     arrays, fields = [], []
     for f in RANK_SCHEMA:
         arr = pa.array([r.get(f.name) for r in rows], type=f.type)
         arrays.append(arr)
         fields.append(f)
-    for key in ("local_world_size", "cpu_affinity", "gpu_pci", "gpu_numa", "nic_numa", "pid"):
+    for key in ("local_world_size", "cpu_affinity", "gpu_pci", "gpu_numa", "nic_numa", "pid", "leaf_name"):
         arr = pa.array([r.get(key) for r in rows])
         arrays.append(arr)
         fields.append(pa.field(key, arr.type))
