@@ -144,7 +144,11 @@ class Observer:
         self._next_flush_check = cfg.flush_every
         self._next_window = cfg.window
         self._gather_due = 0  # self._ended value at which the pending gather is collected
-        self._last_flush = time.monotonic()
+        # The first chunk goes out after `flush_every` steps, whatever the interval: it takes the
+        # writer's one-off costs (first Parquet part of each table) while training runs, so a rank
+        # with little CPU left (a throttled straggler) still drains within close_timeout_s, and a run
+        # killed early keeps its first steps.
+        self._last_flush = float("-inf")
         self._window_index = 0  # windows whose summaries arrived
         self._windows_closed = 0  # windows whose vectors were sent
         self._pending_gather: tuple[Any, Any, int] | None = None
