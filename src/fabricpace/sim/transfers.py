@@ -51,6 +51,14 @@ def _scale_vector(names: list[str] | None, scale: dict[str, float]) -> np.ndarra
     return vec
 
 
+def _canonical(node_order: Sequence[int] | None) -> tuple[int, ...] | None:
+    """A node order as a tuple; None for the packed order (given as None or as 0..N-1)."""
+    if node_order is None:
+        return None
+    order = tuple(int(v) for v in node_order)
+    return None if order == tuple(range(len(order))) else order
+
+
 class TransferModel:
     """Transfer seconds per (step, collective) for a job, drawn once for all steps up front.
 
@@ -78,7 +86,7 @@ class TransferModel:
         self._args = (cluster, nodes, gpus_per_node, seed, names)
         unique = sorted(set(ops_sizes))
         self._col = {key: i for i, key in enumerate(unique)}
-        self.node_order = None if node_order is None else tuple(int(v) for v in node_order)
+        self.node_order = _canonical(node_order)
         self.restarts = 0
         self.times = self._compute(self.node_order, restart=0)
 
@@ -117,17 +125,13 @@ class TransferModel:
 
     def reorder(self, node_order: Sequence[int], *, from_step: int) -> None:
         """Use ``node_order`` from ``from_step`` on (placement applied at a restart)."""
-        order = tuple(int(v) for v in node_order)
-        if order == tuple(range(len(order))):
-            order_or_none: tuple[int, ...] | None = None
-        else:
-            order_or_none = order
-        if order_or_none == self.node_order:
+        order = _canonical(node_order)
+        if order == self.node_order:
             return
         self.restarts += 1
-        fresh = self._compute(order_or_none, restart=self.restarts)
+        fresh = self._compute(order, restart=self.restarts)
         self.times[from_step:] = fresh[from_step:]
-        self.node_order = order_or_none
+        self.node_order = order
 
     def columns(self, ops_sizes: Sequence[tuple[str, int]]) -> np.ndarray:
         """Column index (into ``times``) of each (op, bytes) in the given order."""
