@@ -9,6 +9,7 @@
                                                                       # and each actuator pinned on
     .venv/bin/python benchmarks/pacing_sim.py calibrate --seeds 3     # baseline-only re-calibration
                                                                       # candidates (docs/simulator.md)
+    .venv/bin/python benchmarks/pacing_sim.py repath --nodes 16       # oracle: best of 8 ECMP draws
 
 Each run is one ``fabricpace.sim.simulate`` call measured by the study's own ``summarize_run``
 (iteration time = last rank's end - first rank's start; throughput over the counted steps), exactly
@@ -545,6 +546,43 @@ def decompose(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
     return out
 
 
+
+def repath(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
+    """Oracle for an actuator fabricpace does not have: re-drawing the job's ECMP paths.
+
+    On RoCE a connection's path is fixed by its UDP source port, derived from its queue pairs; a job
+    that re-created its communicators (new queue pairs) would get a new draw. This runs the baseline
+    with ``--draws`` different draws per seed (same noise draws) and reports what keeping the best of
+    the first k would give: an upper bound for such an actuator, its trials and restarts not charged."""
+    import fabricpace.sim.transfers as transfers
+
+    noise, cl = scenario(args.only[0] if args.only else "paper")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    stream = transfers._ECMP_STREAM  # private on purpose: a what-if the simulator does not offer
+    out: dict[str, Any] = {}
+    for n in [int(x) for x in args.nodes.split(",")]:
+        tp = np.zeros((len(seeds), args.draws))
+        cv = np.zeros_like(tp)
+        try:
+            for i, s in enumerate(seeds):
+                for r in range(args.draws):
+                    transfers._ECMP_STREAM = stream + r
+                    x = run(noise, nodes=n, seed=s, cl=cl, steps=args.steps)
+                    tp[i, r], cv[i, r] = x.throughput, x.cv
+        finally:
+            transfers._ECMP_STREAM = stream
+        print(f"== {noise.name}, {n} nodes: {len(seeds)} seeds x {args.draws} ECMP draws; draw 0 is the "
+              f"baseline ({tp[:, 0].mean():.1f} samples/s, CV {cv[:, 0].mean():.3f})", flush=True)
+        for k in sorted({1, 2, 4, args.draws}):
+            best = tp[:, :k].argmax(axis=1)
+            gain = 100.0 * (tp[np.arange(len(seeds)), best] / tp[:, 0] - 1.0)
+            m, h = _mean_ci(gain)
+            cv_k = float(cv[np.arange(len(seeds)), best].mean())
+            out[f"{n}/best of {k}"] = {"gain_pct": m, "ci": h, "cv": cv_k}
+            print(f"   best of {k} draws: {m:+.2f}% (95% CI {m - h:+.2f}..{m + h:+.2f}, n={len(seeds)}), "
+                  f"CV {cv_k:.3f}", flush=True)
+    return out
+
 # Baseline-only candidates for re-attributing the paper scenario's 16-node instability to host-side
 # synchronization skew (issue 6): the paper noise with larger, rarer full GC collections (Python full
 # collections of a few million tracked objects take 100-300 ms; measured ~65 ns per tracked object
@@ -590,7 +628,7 @@ def calibrate(args: argparse.Namespace, config: PacingConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", nargs="?", default="compare",
-                    choices=["compare", "unseen", "decompose", "calibrate"])
+                    choices=["compare", "unseen", "decompose", "calibrate", "repath"])
     ap.add_argument("--only", action="append", help="scenario(s): paper, ecmp-only, random-K or a NOISE name")
     ap.add_argument("--random", type=int, default=0, help="add this many random noise compositions")
     ap.add_argument("--points", type=int, default=40, help="unseen: number of random scenarios")
@@ -599,6 +637,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=5, help="paired seeds per point")
     ap.add_argument("--seed", type=int, default=1, help="first seed (the study's default is 1)")
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--draws", type=int, default=8, help="repath: ECMP draws per seed")
     ap.add_argument("--nodes", default="4,8,16")
     ap.add_argument("--workload", default="", help="workload preset or file (default: the paper's)")
     ap.add_argument("--cluster", default="", help="cluster preset or file (default: the paper's)")
@@ -614,7 +653,8 @@ def main(argv: list[str] | None = None) -> None:
     WORKLOAD = args.workload or WORKLOAD
     overrides = {k: float(v) if "." in v else int(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = PacingConfig().with_overrides(**overrides)
-    commands = {"compare": compare, "unseen": unseen, "decompose": decompose, "calibrate": calibrate}
+    commands = {"compare": compare, "unseen": unseen, "decompose": decompose, "calibrate": calibrate,
+                "repath": repath}
     res = commands[args.command](args, config)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
