@@ -1,12 +1,27 @@
 """Parser for nccl-tests stdout logs (all_reduce_perf, all_gather_perf, reduce_scatter_perf, ...).
 
-The format is the one nccl-tests prints: a header of ``#`` comment lines (``# nThread 1 nGpus 1 minBytes
-... maxBytes ...``, ``# Using devices``, one ``#  Rank  N Group G Pid P on HOST device D [...] NAME`` line
-per rank), a two-line column header (with or without the ``root`` column, which older versions lack),
-then one row per size: ``size count type redop [root] time algbw busbw #wrong time algbw busbw #wrong``
-(out-of-place, then in-place), and the ``# Avg bus bandwidth`` trailer. Launcher prefixes such as
-``[1,0]<stdout>:`` and interleaved ``NCCL INFO`` lines are tolerated. A row that starts like a result row
-but does not parse is an error naming ``file:line``.
+The format is the one nccl-tests prints (``src/common.cu``; ``src/util.cu`` from 2.17 on): optional
+``# nccl-tests version ...`` and ``# Collective test starting: X_perf`` lines, ``# nThread T nGpus G ...``,
+one ``#  Rank R [Group C] [Pid P] on HOST device D [bus id] NAME`` line per rank, a column header, then one
+row per size: ``size count type redop [root] time algbw busbw #wrong time algbw busbw #wrong`` (out-of-place,
+then in-place; ``root`` is missing before 2019, ``#wrong`` is ``N/A`` with ``-c 0``), with four
+``i_min i_max i_p99 i_cv%`` columns after each ``#wrong`` under per-iteration timing and a date-time column
+at the end with ``-S 1``; then the ``# Avg bus bandwidth`` trailer.
+
+Logs come from clusters as launchers and log systems wrote them, so each line may carry prefixes, stacked
+in any order: Open MPI ``--tag-output`` / ``--timestamp-output`` (``[1,0]<stdout>:``,
+``Mon Jun 16 10:00:00 2025[1,0]<stdout>:``), Slurm ``srun -l`` (`` 0: ``), ``kubectl logs --timestamps``
+and CRI log files (``2025-06-18T10:00:00.123456789Z [stdout F] ``), SkyPilot/Ray (``(head, rank=0,
+pid=3808) ``). A prefix not in that list still works: header lines are found by their text and result rows
+by their ``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends and UTF-16
+files (Windows PowerShell ``>``) are read.
+
+What is refused, with ``file:line`` and the fix: a row that starts like a result row but does not parse
+(unless it is the last row of a log that stops there: a job killed mid-row, whose complete rows are kept),
+a second nccl-tests header in one file (two runs back to back, or an nccl-tests built without ``MPI=1``
+where every process ran its own test), ranks split into groups (``NCCL_TESTS_SPLIT_MASK``). Rows whose
+out-of-place time is not a positive finite number (``inf``, ``nan``, ``0.00``) are not measurements: they
+are dropped and counted in ``NcclTestsLog.dropped_rows``.
 """
 
 from __future__ import annotations
@@ -34,10 +49,32 @@ _OP_ALIASES = {
     "reduce": "reduce",
     "sendrecv": "sendrecv",
 }
-_PREFIX = re.compile(r"^\s*\[\d+,\d+\]<std(?:out|err)>:")
-_RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
-_HEADER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_CTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # C ctime(), Open MPI's timestamp
+# One launcher / log-system prefix at the start of a line; stripped repeatedly (they stack).
+_PREFIX = re.compile(
+    r"""\s*(?:
+      \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+std(?:out|err)\s+[FP])?(?:\s|$)
+    | (?:""" + _CTIME + r""")?\[[^\]\s]*,\d+\]<std(?:out|err|diag)>:
+    | """ + _CTIME + r"""<std(?:out|err|diag)>:
+    | \([^()]*\bpid=\d+[^()]*\)(?:\s|$)
+    | \d+:(?:\s|$)
+    )""",
+    re.X,
+)
+_RANK = re.compile(
+    r"(?:^|#)\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)"
+)
+_HEADER = re.compile(r"(?:^|#)\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_COLUMNS = re.compile(r"\bsize\s+count\s+type\s+redop\b")
+_AVG = re.compile(r"(?:^|#)\s*Avg bus bandwidth\s*:\s*(\S*)")
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
 _OP_IN_TEXT = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv|reduce)_perf")
+# nccl-tests' type names across versions (NCCL 1: char/int); a row found behind an unknown prefix must
+# start with "size count TYPE redop" so that numbers in launcher output are never taken for a row.
+_TYPES = "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|char|int"
+_ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+\w+\s")
+_BASE = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
+_PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 
 
 @dataclass(frozen=True)
@@ -59,7 +96,11 @@ class NcclTestsRow:
 
 @dataclass(frozen=True)
 class NcclTestsLog:
-    """A parsed nccl-tests log. ``op`` is None when neither the text nor the file name tells it."""
+    """A parsed nccl-tests log. ``op`` is None when neither the text nor the file name tells it.
+
+    ``truncated_at``: the line of a cut-off last row that was left out (the run was killed there);
+    ``dropped_rows``: rows without a measured time (``inf``/``nan``/``0``) that were left out.
+    """
 
     path: str
     op: str | None
@@ -69,6 +110,8 @@ class NcclTestsLog:
     rows: tuple[NcclTestsRow, ...]
     avg_busbw: float | None = None
     gpus_per_node: int | None = field(default=None)
+    truncated_at: int | None = None
+    dropped_rows: int = 0
 
     def sizes(self) -> np.ndarray:
         return np.array([r.size for r in self.rows], dtype=np.int64)
@@ -80,8 +123,38 @@ class NcclTestsLog:
         return np.array([r.inplace_busbw if inplace else r.busbw for r in self.rows])
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the numbers sit in a row, from the column header (which columns nccl-tests added)."""
+
+    root: bool
+    per_iter: bool
+    timestamp: bool
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        half = _BASE[5:] + (_PER_ITER if self.per_iter else ())
+        head = _BASE[:5] if self.root else _BASE[:4]
+        return head + half + half + (("date", "time") if self.timestamp else ())
+
+    @property
+    def out_of_place(self) -> int:
+        """Index of the out-of-place time column (algbw and busbw follow it)."""
+        return 5 if self.root else 4
+
+    @property
+    def in_place(self) -> int:
+        """Index of the in-place time column."""
+        return self.out_of_place + (8 if self.per_iter else 4)
+
+
+def _layout(header: str) -> _Layout:
+    cols = header.split()
+    return _Layout(root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols)
+
+
 def _num(text: str) -> float:
-    if text.upper() in ("N/A", "NAN", "-"):
+    if text.upper() in ("N/A", "NAN", "-NAN", "-"):
         return math.nan
     return float(text)
 
@@ -101,96 +174,191 @@ def _nodes_from_name(name: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
+def _read_lines(p: Path) -> list[str]:
+    """The file's lines: UTF-16 when it starts with a byte-order mark (PowerShell ``>``), else UTF-8."""
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ParseError(f"{p}: cannot read ({exc.strerror or exc}); give a readable nccl-tests log") from exc
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        text = raw.decode("utf-16", errors="replace")
+    else:
+        text = raw.decode("utf-8-sig", errors="replace")
+    return text.splitlines()  # \n, \r\n and \r alike
+
+
+def _strip_prefixes(raw: str) -> str:
+    line = raw
+    while (m := _PREFIX.match(line)) is not None and m.end() > 0:
+        line = line[m.end() :]
+    return line.strip()
+
+
+def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> NcclTestsRow:
+    """One result row laid out as ``lay``; ParseError naming ``file:line`` if it does not fit."""
+    parts = text.split()
+    names = lay.names
+    if len(parts) != len(names):
+        raise ParseError(
+            f"{p}:{lineno}: expected {len(names)} columns ({' '.join(names)}), found {len(parts)}; "
+            "fix or drop the line"
+        )
+    t_out, t_in = lay.out_of_place, lay.in_place
+    try:
+        row = NcclTestsRow(
+            size=int(parts[0]),
+            count=int(parts[1]),
+            type=parts[2],
+            redop=parts[3],
+            root=int(parts[4]) if lay.root else -1,
+            time_us=_num(parts[t_out]),
+            algbw=_num(parts[t_out + 1]),
+            busbw=_num(parts[t_out + 2]),
+            inplace_time_us=_num(parts[t_in]),
+            inplace_algbw=_num(parts[t_in + 1]),
+            inplace_busbw=_num(parts[t_in + 2]),
+        )
+    except ValueError as exc:
+        raise ParseError(f"{p}:{lineno}: cannot read a number in {text!r}; fix or remove this line") from exc
+    if row.size < 0 or row.time_us < 0:
+        raise ParseError(f"{p}:{lineno}: negative size or time in {text!r}; fix or remove this line")
+    return row
+
+
+def _canonical_op(p: Path, op: str | None) -> str | None:
+    if op is None:
+        return None
+    key = op.lower().replace("-", "_")
+    if key not in _OP_ALIASES:
+        raise ParseError(f"{p}: op {op!r} unknown; use one of {', '.join(sorted(set(_OP_ALIASES.values())))}")
+    return _OP_ALIASES[key]
+
+
+def _second_run(p: Path, lineno: int, first: int, n_rows: int, what: str) -> ParseError:
+    """The error for a second nccl-tests header in one file (see the module docstring)."""
+    if n_rows:
+        return ParseError(
+            f"{p}:{lineno}: a second nccl-tests run starts here ({what}) after {n_rows} result rows of the "
+            f"first (line {first}); give one run per file: split the log at line {lineno}"
+        )
+    return ParseError(
+        f"{p}:{lineno}: a second nccl-tests header ({what}; the first is at line {first}) before any "
+        "result: every process ran its own test, so nccl-tests was built without MPI=1 (rebuild with "
+        "'make MPI=1' and rerun), or the file holds several runs (give one complete run per file)"
+    )
+
+
 def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = None) -> NcclTestsLog:
     """Parse an nccl-tests stdout log. ``op`` / ``nodes`` override what the log says (or does not say).
 
-    The op comes from (in order) ``op``, a ``*_perf`` command in the text, the file name. Nodes come from
-    ``nodes`` or the distinct host names of the ``Rank`` lines. Raises ParseError with ``file:line``.
+    The op comes from (in order) ``op``, a ``*_perf`` name in the text, the file name. Nodes come from
+    ``nodes`` or the distinct host names of the ``Rank`` lines (``-g 8`` / ``-t`` runs list one line per
+    GPU under one process, so hosts, not processes, are counted). Raises ParseError with ``file:line``.
     """
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise ParseError(f"{p}: cannot read ({exc.strerror or exc}); give a readable nccl-tests log") from exc
-    if op is not None:
-        key = op.lower().replace("-", "_")
-        if key not in _OP_ALIASES:
-            raise ParseError(
-                f"{p}: op {op!r} unknown; use one of {', '.join(sorted(set(_OP_ALIASES.values())))}"
-            )
-        op = _OP_ALIASES[key]
-
-    ranks: dict[int, str] = {}
-    devices: dict[int, int] = {}
-    has_root: bool | None = None
+    lines = _read_lines(p)
+    found_op = _canonical_op(p, op)
+    ranks: dict[int, tuple[str, int]] = {}  # rank -> (host, device)
+    groups: dict[int, int] = {}  # group (NCCL_TESTS_SPLIT_MASK colour) -> line of its first rank
+    layout: _Layout | None = None
     rows: list[NcclTestsRow] = []
+    dropped = 0
     avg: float | None = None
-    seen_header = False
-    found_op = op
+    header_at: int | None = None  # line of the first "# nThread" header
+    last_nccl = 0  # last line that was nccl-tests output (for "the run stopped after line N")
+    pending: ParseError | None = None  # a bad row: fatal unless the log stops there (killed mid-row)
+    pending_at = 0
     for lineno, raw in enumerate(lines, start=1):
-        line = _PREFIX.sub("", raw).strip()
+        line = _strip_prefixes(raw)
         if not line:
             continue
         if found_op is None and "_perf" in line:
             found_op = _op_from(line)
-        if line.startswith("#"):
-            if _HEADER.match(line):
-                seen_header = True
-            m = _RANK.match(line)
-            if m:
-                ranks[int(m.group(1))] = m.group(2)
-                devices[int(m.group(1))] = int(m.group(3))
+        row_text: str | None = line if line[0].isdigit() else None
+        if row_text is None:
+            if (m := _STARTING.search(line)) is not None or "nccl-tests version" in line:
+                if header_at is not None:  # 2.17+: a run announces itself before its nThread line
+                    what = m.group(1) if m else line.lstrip("# ")
+                    raise _second_run(p, lineno, header_at, len(rows), what)
+                last_nccl = lineno
                 continue
-            low = line.lower()
-            if "redop" in low and "size" in low:
-                has_root = "root" in low.split()
-            elif low.startswith("# avg bus bandwidth"):
-                try:
-                    avg = float(line.split(":", 1)[1].split()[0])
-                except (IndexError, ValueError) as exc:
+            if _HEADER.search(line):
+                if header_at is not None:
+                    raise _second_run(p, lineno, header_at, len(rows), "# nThread ...")
+                header_at = last_nccl = lineno
+                continue
+            if (m := _RANK.search(line)) is not None:
+                rank, host, device = int(m.group(1)), m.group(3), int(m.group(4))
+                if rank in ranks:
                     raise ParseError(
-                        f"{p}:{lineno}: cannot read the average bus bandwidth in {line!r}"
-                    ) from exc
-            continue
-        if not line[0].isdigit():
-            continue  # launcher output and NCCL INFO lines between the header and the table
-        if has_root is None:
-            if seen_header or ranks:
+                        f"{p}:{lineno}: rank {rank} is listed twice ({ranks[rank][0]}, {host}): every "
+                        "process ran its own test, so nccl-tests was built without MPI=1; rebuild with "
+                        "'make MPI=1' and rerun"
+                    )
+                ranks[rank] = (host, device)
+                groups.setdefault(int(m.group(2) or 0), lineno)
+                last_nccl = lineno
+                continue
+            if (m := _COLUMNS.search(line)) is not None:
+                if rows:
+                    raise _second_run(p, lineno, header_at or 1, len(rows), "a second column header")
+                layout = _layout(line[m.start() :])
+                last_nccl = lineno
+                continue
+            if (m := _AVG.search(line)) is not None:
+                if pending is not None:
+                    raise pending  # the bad row was not the end of the table
+                if m.group(1):
+                    try:
+                        avg = float(m.group(1))
+                    except ValueError as exc:
+                        raise ParseError(
+                            f"{p}:{lineno}: cannot read the average bus bandwidth in {line!r}"
+                        ) from exc
+                continue
+            if layout is not None and (m := _ROW_ANYWHERE.search(line)) is not None:
+                row_text = line[m.start() :]  # a row behind a prefix this parser does not know
+            else:
+                continue  # launcher output, NCCL INFO lines, other '#' comments
+        if layout is None:
+            if header_at is not None or ranks:
                 raise ParseError(
                     f"{p}:{lineno}: result row before the column header (# size count type redop ...); "
                     "give the complete nccl-tests output"
                 )
             continue  # a number-led line of something else before any nccl-tests header
-        parts = line.split()
-        expect = 13 if has_root else 12
-        if len(parts) != expect:
-            raise ParseError(
-                f"{p}:{lineno}: expected {expect} columns (size count type redop{' root' if has_root else ''}"
-                f" time algbw busbw #wrong time algbw busbw #wrong), found {len(parts)}; fix or drop the line"
-            )
         try:
-            base = 5 if has_root else 4
-            row = NcclTestsRow(
-                size=int(parts[0]),
-                count=int(parts[1]),
-                type=parts[2],
-                redop=parts[3],
-                root=int(parts[4]) if has_root else -1,
-                time_us=_num(parts[base]),
-                algbw=_num(parts[base + 1]),
-                busbw=_num(parts[base + 2]),
-                inplace_time_us=_num(parts[base + 4]),
-                inplace_algbw=_num(parts[base + 5]),
-                inplace_busbw=_num(parts[base + 6]),
-            )
-        except ValueError as exc:
-            raise ParseError(
-                f"{p}:{lineno}: cannot read a number in {line!r}; fix or remove this line"
-            ) from exc
-        if row.size < 0 or not row.time_us >= 0:
-            raise ParseError(f"{p}:{lineno}: negative size or time in {line!r}")
-        rows.append(row)
+            row = _parse_row(p, lineno, row_text, layout)
+        except ParseError as exc:
+            if pending is not None:
+                raise pending from None
+            pending, pending_at = exc, lineno
+            continue
+        if pending is not None:
+            raise pending  # a good row after a bad one: the bad one is not a cut-off end
+        if math.isfinite(row.time_us) and row.time_us > 0:
+            rows.append(row)
+        else:
+            dropped += 1
+    if pending is not None and not rows:
+        raise pending
+    if len(groups) > 1:
+        split_at = min(line for g, line in groups.items() if g != 0)
+        raise ParseError(
+            f"{p}:{split_at}: ranks are split into {len(groups)} groups (NCCL_TESTS_SPLIT_MASK): each row "
+            "times one group's communicator, not all ranks; rerun without NCCL_TESTS_SPLIT_MASK"
+        )
     if not rows:
+        if dropped:
+            raise ParseError(
+                f"{p}: no result row has a measured time ({dropped} rows with inf, nan or 0 us); "
+                "rerun nccl-tests with iterations (-n) > 0"
+            )
+        if header_at is not None or ranks:
+            raise ParseError(
+                f"{p}:{last_nccl}: the run stopped after its header: no result rows follow this line "
+                "(the test failed or was killed before measuring); give the log of a run that completed"
+            )
         raise ParseError(
             f"{p}: no nccl-tests result table found (expected '#  size  count  type  redop ...' and rows); "
             "give the stdout of all_reduce_perf / all_gather_perf"
@@ -201,13 +369,13 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             if key in name:
                 found_op = _OP_ALIASES[key]
                 break
-    hosts = tuple(sorted(set(ranks.values())))
+    hosts = tuple(sorted({host for host, _ in ranks.values()}))
     nranks = (max(ranks) + 1) if ranks else None
     if nodes is not None:
         n_nodes: int | None = nodes
     elif nranks is not None and len(ranks) < nranks:
         # an abridged rank list ("...") hides hosts: GPUs per node = highest device index + 1
-        n_nodes = nranks // (max(devices.values()) + 1)
+        n_nodes = nranks // (max(dev for _, dev in ranks.values()) + 1)
     else:
         n_nodes = len(hosts) or _nodes_from_name(p.name)
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
@@ -220,4 +388,6 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
         rows=tuple(rows),
         avg_busbw=avg,
         gpus_per_node=gpn,
+        truncated_at=pending_at if pending is not None else None,
+        dropped_rows=dropped,
     )
