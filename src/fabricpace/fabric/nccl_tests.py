@@ -49,16 +49,17 @@ _OP_ALIASES = {
     "reduce": "reduce",
     "sendrecv": "sendrecv",
 }
-_CTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"  # C ctime(), Open MPI's timestamp
+# C ctime() ("Mon Jun  2 10:00:00 2025"), Open MPI's timestamp; [ ] because _PREFIX is a verbose regex
+_CTIME = r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\d{4}"
 # One launcher / log-system prefix at the start of a line; stripped repeatedly (they stack).
 _PREFIX = re.compile(
     r"""\s*(?:
       \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+std(?:out|err)\s+[FP])?(?:\s|$)
-    | (?:""" + _CTIME + r""")?\[[^\]\s]*,\d+\]<std(?:out|err|diag)>:
-    | """ + _CTIME + r"""<std(?:out|err|diag)>:
+    | (?:CTIME)?\[[^\]\s]*,\d+\]<std(?:out|err|diag)>:
+    | CTIME<std(?:out|err|diag)>:
     | \([^()]*\bpid=\d+[^()]*\)(?:\s|$)
     | \d+:(?:\s|$)
-    )""",
+    )""".replace("CTIME", _CTIME),
     re.X,
 )
 _RANK = re.compile(
@@ -278,13 +279,15 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
         if row_text is None:
             if (m := _STARTING.search(line)) is not None or "nccl-tests version" in line:
                 if header_at is not None:  # 2.17+: a run announces itself before its nThread line
-                    what = m.group(1) if m else line.lstrip("# ")
+                    what = (
+                        f"'Collective test starting: {m.group(1)}'" if m else "its 'nccl-tests version' line"
+                    )
                     raise _second_run(p, lineno, header_at, len(rows), what)
                 last_nccl = lineno
                 continue
             if _HEADER.search(line):
                 if header_at is not None:
-                    raise _second_run(p, lineno, header_at, len(rows), "# nThread ...")
+                    raise _second_run(p, lineno, header_at, len(rows), "its '# nThread' header")
                 header_at = last_nccl = lineno
                 continue
             if (m := _RANK.search(line)) is not None:
