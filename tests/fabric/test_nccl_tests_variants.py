@@ -182,6 +182,14 @@ def test_prefixes_and_encodings(tmp_path, name):
     assert summary(log) == summary(parse_log(N4))
 
 
+def test_nccl_info_lines_from_hosts_whose_names_start_with_a_digit(tmp_path):
+    """NCCL_DEBUG=INFO on the 4-node cluster, whose host names are hex (0666a154, ...): its INFO lines start
+    with a digit. Inserted, in NCCL's 'host:pid:tid [dev] NCCL INFO' form, after every nccl-tests line."""
+    info = "0666a154:88455:88455 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
+    text = "".join(f"{x}\n{info}\n" for x in lines_of(N4))
+    assert summary(parse_log(write(tmp_path, "info.log", text))) == summary(parse_log(N4))
+
+
 @pytest.mark.parametrize("transform", [per_iteration_columns, timestamp_column, newer_header_lines])
 def test_newer_column_layouts(tmp_path, transform):
     log = parse_log(write(tmp_path, "v.log", "\n".join(transform(lines_of(N4)))))

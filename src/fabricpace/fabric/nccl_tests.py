@@ -73,6 +73,7 @@ _OP_IN_TEXT = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadc
 # nccl-tests' type names across versions (NCCL 1: char/int); a row found behind an unknown prefix must
 # start with "size count TYPE redop" so that numbers in launcher output are never taken for a row.
 _TYPES = "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|char|int"
+_ROW_START = re.compile(r"\d+\s+\d+(?:\s|$)")
 _ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+\w+\s")
 _BASE = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
@@ -275,7 +276,9 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             continue
         if found_op is None and "_perf" in line:
             found_op = _op_from(line)
-        row_text: str | None = line if line[0].isdigit() else None
+        # "size count ..." starts a row; a digit-led NCCL INFO line ("0666a154:88455:88455 [0] NCCL INFO",
+        # hex host names are common) does not
+        row_text: str | None = line if _ROW_START.match(line) else None
         if row_text is None:
             if (m := _STARTING.search(line)) is not None or "nccl-tests version" in line:
                 if header_at is not None:  # 2.17+: a run announces itself before its nThread line
