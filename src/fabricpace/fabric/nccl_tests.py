@@ -51,12 +51,16 @@ _OP_ALIASES = {
 }
 # C ctime() ("Mon Jun  2 10:00:00 2025"), Open MPI's timestamp; [ ] because _PREFIX is a verbose regex
 _CTIME = r"[A-Z][a-z]{2}[ ][A-Z][a-z]{2}[ ][ \d]\d[ ]\d\d:\d\d:\d\d[ ]\d{4}"
-# One launcher / log-system prefix at the start of a line; stripped repeatedly (they stack).
+# One launcher / log-system prefix at the start of a line; stripped repeatedly (they stack). In order:
+# kubectl --timestamps / CRI log files; Open MPI output tags, 4.x (ORTE: "CTIME[1,0]<stdout>:") and 5.x
+# (PMIx: "[CTIME][1,0]<stdout>: ", tag-detailed "[1,0][host:pid]<stdout>: ", tag-fullname
+# "[prterun-h-1@1,0]<stdout>: ", rank "[0]<stdout>: "); MPICH/Intel MPI (Hydra) -prepend-rank "[0] ";
+# SkyPilot/Ray "(head, rank=0, pid=3808) "; Slurm srun -l " 0: ".
 _PREFIX = re.compile(
     r"""\s*(?:
       \d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+std(?:out|err)\s+[FP])?(?:\s|$)
-    | (?:CTIME)?\[[^\]\s]*,\d+\]<std(?:out|err|diag)>:
-    | CTIME<std(?:out|err|diag)>:
+    | (?:\[CTIME\]|CTIME)?(?:\[(?:[^\]\s]*,)?\d+\](?:\[[^\]\s]*:\d+\])?)?<std(?:out|err|diag)>:
+    | \[\d+\](?:\s|$)
     | \([^()]*\bpid=\d+[^()]*\)(?:\s|$)
     | \d+:(?:\s|$)
     )""".replace("CTIME", _CTIME),
