@@ -9,12 +9,13 @@ then in-place; ``root`` is missing before 2019, ``#wrong`` is ``N/A`` with ``-c 
 at the end with ``-S 1``; then the ``# Avg bus bandwidth`` trailer.
 
 Logs come from clusters as launchers and log systems wrote them, so each line may carry prefixes, stacked
-in any order: Open MPI ``--tag-output`` / ``--timestamp-output`` (``[1,0]<stdout>:``,
-``Mon Jun 16 10:00:00 2025[1,0]<stdout>:``), Slurm ``srun -l`` (`` 0: ``), ``kubectl logs --timestamps``
-and CRI log files (``2025-06-18T10:00:00.123456789Z [stdout F] ``), SkyPilot/Ray (``(head, rank=0,
-pid=3808) ``). A prefix not in that list still works: header lines are found by their text and result rows
-by their ``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends and UTF-16
-files (Windows PowerShell ``>``) are read.
+in any order: Open MPI 4/5 output tags and timestamps (``[1,0]<stdout>:``,
+``Mon Jun 16 10:00:00 2025[1,0]<stdout>:``, ``[1,0][host:pid]<stdout>: ``), MPICH ``-prepend-rank``
+(``[0] ``), Slurm ``srun -l`` (`` 0: ``), ``kubectl logs --timestamps`` and CRI log files
+(``2025-06-18T10:00:00.123456789Z [stdout F] ``), SkyPilot/Ray (``(head, rank=0, pid=3808) ``). A prefix
+not in that list still works: header lines are found by their text and result rows by their
+``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends and UTF-16 files
+(Windows PowerShell ``>``) are read.
 
 What is refused, with ``file:line`` and the fix: a row that starts like a result row but does not parse
 (unless it is the last row of a log that stops there: a job killed mid-row, whose complete rows are kept),
