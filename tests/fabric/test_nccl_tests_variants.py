@@ -290,10 +290,12 @@ def calibrate(cli, *logs: Path) -> tuple[list[dict], str]:
 
 
 def test_cli_calibration_is_the_same_from_transformed_logs(cli, tmp_path):
-    """n2: kubectl timestamps over srun labels, CRLF, -S timestamps, 2.18 header lines. n4: SkyPilot over
+    """n2: kubectl timestamps over srun labels, CRLF, -S timestamps, 2.18 header lines, NCCL INFO lines of a
+    host whose name starts with a digit. n4: SkyPilot over
     Open MPI --timestamp-output --tag-output, UTF-16, per-iteration columns, an 'inf' row and a cut last
     row. Reference: the original logs with those two rows deleted by hand."""
-    n2 = newer_header_lines(timestamp_column(lines_of(N2)))
+    info = "0666a154:88455:88455 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
+    n2 = [y for x in newer_header_lines(timestamp_column(lines_of(N2))) for y in (x, info)]
     n2_bytes = prefixed(lambda i: _rfc3339(i) + " 0: ")(n2).replace(b"\n", b"\r\n")
     n4 = per_iteration_columns(lines_of(N4))
     i64 = next(i for i, x in enumerate(n4) if _is_row(x) and x.split()[0] == str(64 << 20))
@@ -322,9 +324,16 @@ def test_cli_refuses_mixed_and_unfinished_logs_in_one_line(cli, tmp_path, data_d
     both = write(tmp_path, "both_all_reduce.log", "\n".join(lines_of(N2) + lines_of(N4)))
     g8 = lines_of(data_dir / "h100ib290_n1_g8_all_reduce.log")
     nompi = write(tmp_path, "nompi_all_reduce.log", "\n".join(g8[:3] + g8 + g8[3:]))
+    twice = write(tmp_path, "twice_all_reduce.log", "\n".join(g8[:11] + g8[3:]))
+    split = [re.sub(r"(Rank\s+(1[6-9]|2\d|3[01])\s+Group)\s+0", r"\1  1", x) for x in lines_of(N4)]
     for log, needle in (
         (both, f"both_all_reduce.log:{len(lines_of(N2)) + 2}: a second nccl-tests run starts here"),
         (nompi, "nompi_all_reduce.log:4: a second nccl-tests header"),
+        (twice, "twice_all_reduce.log:12: rank 0 is listed twice"),
+        (
+            write(tmp_path, "split_all_reduce.log", "\n".join(split)),
+            "split_all_reduce.log:21: ranks are split",
+        ),
         (data_dir / "gh200_n2_failed_all_reduce.log", "gh200_n2_failed_all_reduce.log:13: the run stopped"),
     ):
         r = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", str(log))
