@@ -27,11 +27,8 @@ def test_gc_churn_enables_lockstep_and_keeps_it_when_faster(summaries):
     state, dec = ctl.update(100, summaries(1, step_ms=100, **few))
     assert [d.policy for d in dec] == ["gc"] and dec[0].action == "enable"
     assert "GC pauses" in dec[0].reason and state.gc_interval == ctl.config.gc_interval
-    # window 2 runs with lockstep (ON) and is clearly faster than window 3 without it (OFF): kept
-    # after one pair (window 1, which proposed the trial, is not a control)
+    # window 2 runs with lockstep (ON) and is clearly faster: kept after one pair
     state, dec = ctl.update(150, summaries(2, step_ms=70, gc_ms=0.5, gc_count=5))
-    assert dec == [] and state.gc_interval is None  # window 3 is the fresh OFF window
-    state, dec = ctl.update(200, summaries(3, step_ms=100, **few))
     assert [(d.policy, d.action) for d in dec] == [("guard", "keep")]
     assert "gc kept" in dec[0].reason and "CI" in dec[0].reason
     assert state.gc_interval is not None and ctl.kept.gc_interval is not None
@@ -62,7 +59,7 @@ def test_gc_on_every_rank_within_one_window_is_tried_at_once(summaries):
 
 def _gc_trial_after(summaries, history: list[float]) -> list:
     """Untreated windows with the given step times (no GC), then GC churn at 100 ms, then a 6% faster
-    ON window and an OFF window at 100 ms: the decisions taken on that OFF window (the first pair)."""
+    ON window: the decisions taken on that ON window."""
     ctl = Controller(4, policies=("gc",))
     for w, t in enumerate(history):
         ctl.update(50 * (w + 1), summaries(w, step_ms=t, std_ms=1.0))
@@ -70,8 +67,6 @@ def _gc_trial_after(summaries, history: list[float]) -> list:
     _s, dec = ctl.update(50 * (w + 1), summaries(w, step_ms=100, std_ms=1.0, gc_ms=8, gc_count=100))
     assert [d.action for d in dec] == ["enable"]
     _s, dec = ctl.update(50 * (w + 2), summaries(w + 1, step_ms=94, std_ms=1.0, gc_ms=1, gc_count=50))
-    assert dec == []
-    _s, dec = ctl.update(50 * (w + 3), summaries(w + 2, step_ms=100, std_ms=1.0, gc_ms=8, gc_count=100))
     return dec
 
 
@@ -87,7 +82,7 @@ def test_window_to_window_drift_before_a_trial_widens_the_guard(summaries):
 def test_guard_reverts_a_policy_that_hurts(summaries):
     ctl = Controller(4, PacingConfig(guard_cooldown=3, trigger_windows=1))
     ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=3))
-    times = {1: 112.0, 2: 100.0, 3: 101.0, 4: 111.0}  # (on, off), (off, on): ON is slower
+    times = {1: 110.0, 2: 112.0, 3: 100.0, 4: 100.0}  # (off, on), (on, off), ...: ON is slower
     state = None
     reverted = None
     for w in range(1, 5):
@@ -103,7 +98,7 @@ def test_guard_reverts_a_policy_that_hurts(summaries):
 def test_guard_reverts_when_no_gain_beyond_noise(summaries):
     ctl = Controller(4, PacingConfig(trigger_windows=1))
     ctl.update(50, summaries(0, step_ms=100, std_ms=30, gc_ms=8, gc_count=3))
-    seq = [101.0, 99.0, 99.5, 100.5, 100.2, 99.9]  # ON windows 1, 4, 5: no gain
+    seq = [99.0, 101.0, 100.5, 99.5, 100.2, 99.9]
     decs = []
     for w, t in enumerate(seq, start=1):
         _state, dec = ctl.update((w + 1) * 50, summaries(w, step_ms=t, std_ms=30, gc_ms=8, gc_count=3))
@@ -145,30 +140,25 @@ def test_one_off_triggers_start_no_trial(summaries):
     assert quiet  # the fixture built windows of the same shape
 
 
-def test_a_clear_straggler_is_tried_at_once_and_its_recovery_undone(summaries):
+def test_a_clear_straggler_is_tried_at_once_and_its_recovery_undone_at_once(summaries):
     """A rank last in nearly every collective of a window and far slower is tried in the next window;
-    when it recovers, the ranks that took its samples arrive last and the shares go back (a damped
-    move predicted to save under `rebalance_clear_gain`: after the second such window)."""
+    when it recovers, the ranks that took its samples arrive last and the shares go back at once."""
     ctl = Controller(4, policies=("rebalance",))
-    comp, last = [60.0, 120.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
-    state, dec = ctl.update(50, summaries(0, step_ms=130, compute_ms=comp, last=last))
+    comp, last = [60.0, 90.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
+    state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     assert [d.policy for d in dec] == ["rebalance"] and state.shares is not None
     samples = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
     fast = [60.0 / 16 * n for n in samples]  # the ON window: rank 1 still slow per sample
-    fast[1] = 120.0 / 16 * samples[1]
+    fast[1] = 90.0 / 16 * samples[1]
     state, dec = ctl.update(
         100, summaries(1, step_ms=80, compute_ms=fast, samples=samples, last=[15.0, 5.0, 15.0, 15.0])
     )
-    assert dec == [] and state.shares is None  # the fresh OFF window of the first pair
-    state, dec = ctl.update(150, summaries(2, step_ms=130, compute_ms=comp, last=last))
     assert [d.action for d in dec] == ["keep"] and ctl.kept.shares is not None
     # rank 1 recovers: per-sample compute equal again, the ranks with extra samples arrive last
     rec = [60.0 / 16 * n for n in samples]
-    for w in (3, 4):
-        state, dec = ctl.update(
-            50 * (w + 1),
-            summaries(w, step_ms=80, compute_ms=rec, samples=samples, last=[16.0, 0.0, 16.0, 16.0]),
-        )
+    state, dec = ctl.update(
+        150, summaries(2, step_ms=80, compute_ms=rec, samples=samples, last=[16.0, 0.0, 16.0, 16.0])
+    )
     assert [(d.policy, d.action) for d in dec] == [("rebalance", "enable")]
     assert state.shares is not None and state.shares[1] > ctl.kept.shares[1]
 
@@ -268,10 +258,9 @@ def test_memory_growth_adds_full_collections_no_more_often_than_the_floor(summar
     ctl = Controller(4, policies=("gc",))
     ctl.update(50, summaries(0, step_ms=100, gc_ms=8, gc_count=100))
     ctl.update(100, summaries(1, step_ms=70, gc_ms=1, gc_count=50))
-    ctl.update(150, summaries(2, step_ms=100, gc_ms=8, gc_count=100))
     assert ctl.kept.gc_interval == 1
     rss = 1e9
-    for w in range(3, 13):
+    for w in range(2, 12):
         rss *= 1.2
         ctl.update(50 * (w + 1), summaries(w, step_ms=70, gc_ms=1, gc_count=50, rss=rss))
     assert ctl.kept.gc_full_interval == ctl.config.gc_full_interval_min

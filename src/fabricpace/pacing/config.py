@@ -97,10 +97,8 @@ class PacingConfig:
 
     # --- guard: do no harm -------------------------------------------------------------------------
     # A candidate runs in interleaved ON/OFF control windows (ABBA order); it is kept only when the
-    # block-bootstrap CI of the relative step-time change lies entirely below -guard_min_gain, and
-    # reverted as soon as that CI lies entirely above zero after `guard_pairs` pairs (it hurts: one
-    # pair is as good a proof of harm as of a gain) or no gain shows after `guard_max_pairs`.
-    guard_pairs: int = 1
+    # block-bootstrap CI of the relative step-time change lies entirely below -guard_min_gain.
+    guard_pairs: int = 2
     guard_max_pairs: int = 3
     # ...unless the estimate still favours the candidate: then up to this many pairs before reverting.
     guard_extend_pairs: int = 6

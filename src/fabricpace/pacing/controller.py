@@ -170,8 +170,7 @@ class Controller:
             else:
                 self._untreated.append((self.state, fleet.step_time))
                 self._maintain(step, fleet, out)
-                # Not in the window that ended a trial: that window ran one of the trial's arms, not
-                # the state the trial leaves behind, so its summaries would misstate what to do next.
+            if self.guard.trial is None:
                 self._propose(step, fleet, out)
         # Armed only when the trigger held for two windows (what starts a comm trial): a single noisy
         # window on a busy host would otherwise make a healthy run pay a Python comm hook for good.
@@ -535,7 +534,9 @@ class Controller:
         trial = self.guard.trial
         assert trial is not None
         trial.drift_sd = self._drift_sd()
-        # The window that proposed the candidate is not a control (the guard's docstring says why).
+        # The window that proposed the candidate ran without it: it is the first control window.
+        trial.arms[w] = "off"
+        trial.record(w, fleet.step_time, fleet.step_stderr)
         for _sev, pol, cand, reason, rank in candidates:
             value = float({"gc": cand.gc_interval, "comm": cand.comm_window}.get(pol) or 0)
             if pol == "rebalance" and cand.shares is not None:

@@ -1,10 +1,8 @@
 """The do-no-harm guard: a policy change stays only if interleaved control windows show it helps.
 
 A candidate policy runs in pairs of windows, one with the candidate (ON) and one without (OFF), in
-ABBA order (ON/OFF, OFF/ON, ON/OFF, ...) so a slow drift of the machine cancels out. The window that
-proposed the candidate is not a control: it was picked because it looked bad, so it is biased (a
-straggler that recovers just then, a burst of GC that does not recur — regression to the mean would
-credit the candidate with the difference). Each pair gives
+ABBA order (OFF/ON, ON/OFF, OFF/ON, ...) so a slow drift of the machine cancels out; the first OFF
+window is the one that proposed the candidate. Each pair gives
 one relative change ``on / off - 1`` of the fleet's mean step time. Windows are the bootstrap's
 blocks: steps inside one window are autocorrelated (a GC pause, a noisy neighbour), whole windows much
 less so, so pairs are resampled whole (a block bootstrap) and the percentile CI of the mean change
@@ -84,19 +82,17 @@ class Trial:
     drift_sd: float = 0.0
 
     def arm_for(self, window: int) -> str:
-        """ABBA plan: pair k covers windows start+1+2k and start+2+2k: (ON, OFF), (OFF, ON), (ON, OFF)...
+        """ABBA plan: pair k covers windows start+2k and start+2k+1: (OFF, ON), (ON, OFF), (OFF, ON)...
 
-        Window ``start``, whose summaries proposed the candidate, ran without it but is not measured: a
-        clear gain is confirmed after one new pair (an ON window, then a fresh OFF window)."""
+        Window ``start`` is the window whose summaries proposed the candidate: it ran without it and
+        is the first control, so a clear gain is confirmed after a single new window."""
         offset = window - self.start_window
-        if offset < 1:
-            return "off"
-        pair, second = divmod(offset - 1, 2)
-        first_on = pair % 2 == 0
+        pair, second = divmod(offset, 2)
+        first_on = pair % 2 == 1
         return "on" if first_on != bool(second) else "off"
 
     def record(self, window: int, step_time: float, stderr: float = 0.0) -> None:
-        if window in self.arms and window > self.start_window and np.isfinite(step_time) and step_time > 0:
+        if window in self.arms and np.isfinite(step_time) and step_time > 0:
             self.times[window] = step_time
             self.errors[window] = stderr if np.isfinite(stderr) and stderr > 0 else 0.0
 
@@ -109,9 +105,9 @@ class Trial:
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
         out, var = [], []
-        pairs = {(w - self.start_window - 1) // 2 for w in self.times}
+        pairs = {(w - self.start_window) // 2 for w in self.times}
         for p in sorted(pairs):
-            w0 = self.start_window + 1 + 2 * p
+            w0 = self.start_window + 2 * p
             on = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "on"]
             off = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "off"]
             if on and off:
@@ -176,7 +172,7 @@ class Guard:
             # of a policy that looks helpful cost nothing on average; one that looks harmful stops.
             decide = "revert"
         # A trial whose windows keep going missing must still end.
-        limit = 2 * max(c.guard_max_pairs, c.guard_extend_pairs) + 3
+        limit = 2 * max(c.guard_max_pairs, c.guard_extend_pairs) + 2
         if window - self.trial.start_window >= limit and decide == "continue":
             decide = "revert"
         return Verdict(decide=decide, estimate=est, ci_low=lo, ci_high=hi, pairs=n)
