@@ -80,3 +80,21 @@ def test_balanced_sampler_covers_each_global_batch_exactly_once():
 def test_balanced_sampler_rejects_impossible_batches():
     with pytest.raises(ValueError, match="global_batch"):
         BalancedSampler(10, 20, rank=0, world_size=2)
+
+
+def test_fixed_step_cost_is_the_intercept_of_compute_against_samples():
+    from fabricpace.pacing.rebalance import fixed_step_cost
+
+    rng = np.random.default_rng(0)
+    n = np.array([10.0] + [16.0] * 10 + [17.0] * 5)  # a rank gave 6 samples to 5 others
+    c = 10.0 + 6.25 * n + rng.normal(0, 0.1, n.size)  # 10 ms fixed + 6.25 ms per sample, same speed
+    # the intercept is extrapolated from 16-17 samples down to 0: a slope off by 1% moves it by 1 ms
+    # (1% of these ranks' compute), which is all the per-sample cost needs
+    assert fixed_step_cost(c, n) == pytest.approx(10.0, abs=2.0)
+    # the rank at its own count is still 30% slow per sample: it does not move the line
+    c_slow = c.copy()
+    c_slow[0] = 10.0 + 1.3 * 6.25 * 10
+    assert fixed_step_cost(c_slow, n) == pytest.approx(10.0, abs=2.0)
+    # equal counts (no move yet), or only a lone rank at another count: not identifiable
+    assert fixed_step_cost(c[1:11], n[1:11]) == 0.0
+    assert fixed_step_cost(c[:11], n[:11]) == 0.0

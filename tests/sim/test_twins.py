@@ -270,3 +270,32 @@ def test_pinned_state_applies_from_step_zero_without_a_controller(tmp_path, smal
     # lockstep from the start: pauses only at multiples of 5 (step 0 has nothing young to collect)
     assert sorted(s.filter(pl.col("gc_ns") > 0)["step"].unique().to_list()) == [5, 10, 15]
     assert run.manifest.pacing["mode"] == "pinned"
+
+
+def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small_workload, write_yaml):
+    """Rank 3 is 2x slow until step 50, the end of the first window: the rebalance tried at step 50 is
+    compared with that window and kept, although the straggler is gone. The ranks that took its samples
+    are then the slowest; the controller must give the samples back (the whole move, since a damped one
+    rounds to no move) instead of running 1 sample heavier for the rest of the run."""
+    from fabricpace.pacing import Controller
+    from fabricpace.study.metrics import summarize_run
+
+    noise = write_yaml(
+        tmp_path / "transient.yaml",
+        {"jitter": {"cv": 0.02}, "slow": [{"rank": 3, "factor": 2.0, "to_step": 50}]},
+    )
+
+    def throughput(name: str, ctl) -> tuple[float, object]:
+        out = simulate(
+            "single-switch", small_workload, noise, nodes=2, steps=300, seed=3,
+            out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),
+        )
+        run = load_run(out)
+        return float(summarize_run(run, 50)["throughput"]), run
+
+    base, _ = throughput("base", None)
+    paced, run = throughput("paced", Controller(16, policies="auto"))
+    reasons = run.pacing["reason"].to_list()
+    assert any("ranks holding extra samples are now the slowest" in r for r in reasons), reasons
+    # One window (50 of 250 measured steps) runs the move that no longer helps: about -1%.
+    assert paced >= 0.985 * base, (paced / base - 1, reasons)

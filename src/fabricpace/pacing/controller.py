@@ -25,7 +25,7 @@ import numpy as np
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.guard import Guard, Verdict
 from fabricpace.pacing.placement import plan_placement
-from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
+from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, fixed_step_cost, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.run.window import WindowSummary
 
@@ -41,7 +41,7 @@ class Fleet:
     wait_share: float
     transfer: float
     compute: np.ndarray
-    cps: np.ndarray
+    cps: np.ndarray  # compute per sample, without the fixed per-step part `fixed`
     samples: np.ndarray
     last_share: np.ndarray
     has_arrivals: bool
@@ -49,6 +49,7 @@ class Fleet:
     steps: float  # steps in the window
     gc_per_step: float  # automatic collections per rank and step (median over ranks)
     gc_ranks: float  # share of the ranks that collected at least once in the window
+    fixed: float = 0.0  # per-step compute that does not scale with samples (ns; 0 = not known)
 
 
 def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
@@ -70,9 +71,12 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
     steps = max(float(np.median(col["steps"])), 1.0)
     stderr = float(np.median(col["step_std_ns"])) / math.sqrt(steps)
     samples = col["samples_mean"]
+    fixed = fixed_step_cost(col["compute_median_ns"], samples)
     with np.errstate(divide="ignore", invalid="ignore"):
         fallback = np.where(samples > 0, col["compute_median_ns"] / samples, np.nan)
         cps = np.where(col["compute_per_sample_ns"] > 0, col["compute_per_sample_ns"], fallback)
+        if fixed > 0:  # ranks run different sample counts: per-sample cost without the fixed part
+            cps = np.where(samples > 0, (col["compute_median_ns"] - fixed) / samples, cps)
         colls = col["collectives"]
         last = np.where(colls > 0, col["last_arrivals"] / np.maximum(colls, 1.0), 0.0)
     safe = step if step > 0 else float("nan")
@@ -92,6 +96,7 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         steps=steps,
         gc_per_step=float(np.median(col["gc_count"])) / steps,
         gc_ranks=float(np.mean(col["gc_count"] > 0)),
+        fixed=fixed,
     )
 
 
@@ -371,17 +376,26 @@ class Controller:
         all, or moves one whole sample onto ranks that then become the slowest — such a candidate
         predicts no saving and is never tried (its trial could only measure noise)."""
         c = self.config
-        new = damped_shares(
-            cur, speed_shares(fleet.cps), step=c.rebalance_step, min_share=c.rebalance_min_share
-        )
+        target = speed_shares(fleet.cps)
         total = round(float(fleet.samples.sum()))
-        if total >= self.world_size:
-            counts = np.asarray(counts_from_shares(tuple(new), total, self.world_size), dtype=np.float64)
-        else:  # no usable sample counts (the loop does not report them): shares as fractions
-            counts = new * float(fleet.samples.sum())
-        predicted = fleet.cps * counts
-        now = fleet.cps * fleet.samples
-        gain = (float(now.max()) - float(predicted.max())) / fleet.step_time
+        now = float((fleet.fixed + fleet.cps * fleet.samples).max())
+
+        def predict(step: float) -> tuple[np.ndarray, float]:
+            new = damped_shares(cur, target, step=step, min_share=c.rebalance_min_share)
+            if total >= self.world_size:
+                counts = np.asarray(counts_from_shares(tuple(new), total, self.world_size), dtype=np.float64)
+            else:  # no usable sample counts (the loop does not report them): shares as fractions
+                counts = new * float(fleet.samples.sum())
+            return new, (now - float((fleet.fixed + fleet.cps * counts).max())) / fleet.step_time
+
+        new, gain = predict(c.rebalance_step)
+        if gain < c.rebalance_min_gain and c.rebalance_step < 1.0:
+            # The damped move can round to no move at all: with kept shares after a straggler
+            # recovered, the ranks that took its samples keep their extra sample until the shares
+            # are back in full — so the whole move is a candidate when the damped one saves nothing.
+            full, full_gain = predict(1.0)
+            if full_gain > gain:
+                new, gain = full, full_gain
         return new, gain
 
     def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
@@ -460,18 +474,31 @@ class Controller:
             # samples are the ones the others wait for (e.g. a straggler recovered, and the ranks that
             # took its samples now arrive last in nearly every collective).
             losing = np.flatnonzero(new < cur - 1e-9)
+            last_losing = float(fleet.last_share[losing].sum()) if losing.size else 0.0
+            equal = 1.0 / self.world_size
+            back = float(np.abs(new - equal).sum()) < float(np.abs(cur - equal).sum())
             clear = (
                 fleet.has_arrivals
                 and losing.size > 0
-                and float(fleet.last_share[losing].sum()) >= c.straggler_last_share
+                and last_losing >= c.straggler_last_share
                 and gain >= c.rebalance_clear_gain
+            ) or (
+                # Undoing part of our own move: the ranks holding extra samples arrive last in nearly
+                # every collective. Waiting a window for persistence would only run one more window
+                # with a move that no longer helps.
+                back and fleet.has_arrivals and last_losing >= c.straggler_clear_last_share
             )
             if gain >= c.rebalance_min_gain:
                 ok = persistent("rebalance-adjust") or clear
                 r = int(np.argmax(fleet.cps))
+                if back:
+                    # e.g. the straggler recovered and the ranks that took its samples hold everyone up
+                    why = "ranks holding extra samples are now the slowest"
+                else:
+                    why = f"compute still uneven (rank {r} slowest per sample)"
                 reason = (
-                    f"compute still uneven (rank {r} slowest per sample): trying shares "
-                    f"{_fmt_shares(new, self.world_size)}, predicted {gain * 100:.1f}% shorter steps"
+                    f"{why}: trying shares {_fmt_shares(new, self.world_size)}, "
+                    f"predicted {gain * 100:.1f}% shorter steps"
                 )
                 (candidates if ok else waiting).append(
                     (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)

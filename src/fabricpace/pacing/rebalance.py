@@ -65,3 +65,37 @@ def damped_shares(current: np.ndarray, target: np.ndarray, *, step: float, min_s
     new = new / new.sum()
     # Round so that the state (and its decisions) prints and compares cleanly across ranks.
     return np.round(new, 6)
+
+
+def fixed_step_cost(compute: np.ndarray, samples: np.ndarray, *, min_group: int = 2) -> float:
+    """Per-step compute that does not scale with the samples (optimizer, data-loader bookkeeping): the
+    intercept of compute against samples across ranks. 0 when it cannot be told.
+
+    Compute per sample is compute / samples only if every step's compute scales with its samples. With
+    a fixed part ``f``, a rank given fewer samples looks slower per sample than it is (f / n grows), so
+    after a straggler recovers, the rank that gave samples away still looks slow and the shares never
+    return. Once ranks run different sample counts, ranks at two counts with the same speed reveal ``f``:
+    the slope is the median over rank pairs at different counts (Theil-Sen), taken only between counts
+    held by at least ``min_group`` ranks — a lone straggler at its own count would otherwise set the
+    line — and ``f`` is the median of compute - slope * samples, kept below 80% of the smallest compute.
+    """
+    c = np.asarray(compute, dtype=np.float64)
+    n = np.asarray(samples, dtype=np.float64)
+    ok = np.isfinite(c) & np.isfinite(n) & (c > 0) & (n > 0)
+    c, n = c[ok], n[ok]
+    counts, size = np.unique(np.round(n), return_counts=True)
+    common = set(counts[size >= min_group].tolist())
+    keep = np.array([v in common for v in np.round(n)], dtype=bool)
+    if len(common) < 2:
+        return 0.0
+    cc, nn = c[keep], n[keep]
+    i, j = np.triu_indices(cc.size, k=1)
+    dn = nn[j] - nn[i]
+    use = np.abs(dn) >= 0.5
+    if not np.any(use):
+        return 0.0
+    slope = float(np.median((cc[j] - cc[i])[use] / dn[use]))
+    if not np.isfinite(slope) or slope <= 0:
+        return 0.0
+    f = float(np.median(cc - slope * nn))
+    return float(np.clip(f, 0.0, 0.8 * float(c.min())))
