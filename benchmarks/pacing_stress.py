@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,11 @@ class Point:
     study: dict[str, Any]
     cli: list[str] = field(default_factory=list)  # extra CLI options (--repeats, --nodes, ...)
     tags: list[str] = field(default_factory=list)
+    label: str = ""  # the name of a targeted scenario; drawn ones are stress-K
+
+    @property
+    def name(self) -> str:
+        return self.label or f"stress-{self.k}"
 
     @property
     def nodes(self) -> list[int]:
@@ -255,7 +261,8 @@ def draw_noise(
     if link_faults:
         d["links"] = link_faults
     fams = [f for f in fams if (f not in ("tenants", "slow-link", "flap")) or inter]
-    return d, ["+".join(fams) + ("+midrun" if "_step" in json.dumps(d) else "")]
+    midrun = any("from_step" in x or "to_step" in x for x in [*slow, *d.get("foreign", []), *link_faults])
+    return d, ["+".join(fams) + ("+midrun" if midrun else "")]
 
 
 def draw_point(k: int, *, max_nodes: int = 128) -> Point:
@@ -310,11 +317,60 @@ def cost(pt: Point, gpn: int) -> float:
     return sum(n * gpn * pt.study["steps"] * pt.repeats * 2 * COST_PER_RANK_STEP + 1.0 for n in pt.nodes)
 
 
+# ------------------------------------------------------------------------------- targeted scenarios
+def targeted_points() -> list[Point]:
+    """Scenarios written against the guard's timing, on the paper's cluster and workload (copied into
+    each folder as user files). A straggler that recovers right when the first window ends is a
+    plausible event (a data loader warming its cache, a thermal throttle that ends); the guard's first
+    OFF window is the very window that proposed the trial."""
+    paper = ROOT / "src/fabricpace/data/scenarios/paper"
+    cl = yaml.safe_load((paper / "cluster.yaml").read_text())
+    wl = yaml.safe_load((paper / "workload.yaml").read_text())
+    spine = [f"leaf{i}->spine{j}" for i in (0, 1) for j in range(4)]
+    spine += [f"spine{j}->leaf{i}" for i in (0, 1) for j in range(4)]
+
+    def pt(label: str, noise: dict[str, Any], nodes: list[int], steps: int, workload: Any = None,
+           repeats: int = 4) -> Point:
+        return Point(k=-1, label=label, cluster=cl, workload=workload or wl,
+                     noise={"name": label, "jitter": {"cv": 0.02}, **noise},
+                     study={"nodes": nodes, "steps": steps, "warmup": 50, "repeats": repeats},
+                     tags=[label, f"{steps}st"])
+
+    def slow(factor: float, *ranges: tuple[int | None, int | None], node: bool = False) -> dict[str, Any]:
+        who = {"node": 1} if node else {"rank": 3}
+        out = []
+        for a, b in ranges:
+            r: dict[str, Any] = {**who, "factor": factor}
+            if a:
+                r["from_step"] = a
+            if b is not None:
+                r["to_step"] = b
+            out.append(r)
+        return {"slow": out}
+
+    small = {**wl, "batch_per_gpu": 2}
+    return [
+        pt("ts2.0-to50", slow(2.0, (0, 50)), [4, 8, 16], 300),
+        pt("ts1.3-to50", slow(1.3, (0, 50)), [4, 8, 16], 300),
+        pt("ts3.0-to50-100st", slow(3.0, (0, 50)), [4, 16], 100),
+        pt("ts2.0-to53", slow(2.0, (0, 53)), [4, 16], 300),
+        pt("tnode1.5-to50", slow(1.5, (0, 50), node=True), [4, 8, 16], 300),
+        pt("ts2.0-to50-b2", slow(2.0, (0, 50)), [4, 16], 300, workload=small),
+        pt("ts2.0-to100-1000st", slow(2.0, (0, 100)), [4, 16], 1000),
+        pt("ts2.0-from100-to150", slow(2.0, (100, 150)), [4, 16], 500),
+        # slow in windows 0, 3-4, 7-8: every first pair of an ABBA trial started at step 50 sees it
+        pt("ts2.0-periodic", slow(2.0, (0, 50), (150, 250), (350, 450)), [4, 16], 500),
+        pt("tenants-150-250", {"foreign": [{"links": spine, "scale": 0.3, "from_step": 150, "to_step": 250}]},
+           [8], 500),
+    ]
+
+
+
 # ---------------------------------------------------------------------------------------- writing
 def write_point(pt: Point, folder: Path) -> Path:
     """Write scenario.yaml and the files it names, as a user would."""
     folder.mkdir(parents=True, exist_ok=True)
-    sc: dict[str, Any] = {"name": f"stress-{pt.k}", "description": " ".join(pt.tags)}
+    sc: dict[str, Any] = {"name": pt.name, "description": " ".join(pt.tags)}
     if isinstance(pt.cluster, str):
         sc["cluster"] = pt.cluster
     else:
@@ -363,6 +419,20 @@ def _mean_ci(x: np.ndarray) -> tuple[float, float, float]:
         return m, math.nan, math.nan
     half = _T975[min(x.size - 2, len(_T975) - 1)] * float(x.std(ddof=1)) / math.sqrt(x.size)
     return m, m - half, m + half
+
+
+def code_version() -> str:
+    """The snapshot's commit, else HEAD and whether the controller or simulator differ from it (others
+    edit the tree while this runs)."""
+    if os.environ.get("FP_STRESS_SNAPSHOT"):
+        return os.environ["FP_STRESS_SNAPSHOT"] + " (snapshot)"
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "src/fabricpace/pacing", "src/fabricpace/sim")
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+
 
 
 def run_study(folder: Path, out: Path, cli: list[str], *, seed: int, figures: bool) -> dict[str, Any]:
@@ -500,6 +570,21 @@ def md_row(name: str, pt: Point, r: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------- main
+def reexec_on_snapshot(rev: str, argv: list[str]) -> None:
+    """Copy src/ at ``rev`` to a temporary folder and run this script again with it first on
+    PYTHONPATH, so the loaders here and every study subprocess use one fixed version of the code."""
+    commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
+                            check=True).stdout.strip()
+    snap = Path(tempfile.mkdtemp(prefix=f"fp-stress-src-{commit}-"))
+    archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, cwd=ROOT, check=True)
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
+    path = os.pathsep.join([str(snap / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "FP_STRESS_SNAPSHOT": commit, "PYTHONPATH": path}
+    print(f"running on a snapshot of src/ at {commit}: {snap}", file=sys.stderr, flush=True)
+    os.execve(sys.executable, [sys.executable, __file__, *argv], env)
+
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=40, help="number of scenarios")
@@ -509,21 +594,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--figures", action="store_true", help="let the study write figures.html too")
     ap.add_argument("--keep", default="", help="keep every scenario folder and study output here")
     ap.add_argument("--verbose", action="store_true", help="print the paced runs' decisions of every point")
+    ap.add_argument("--targeted", action="store_true",
+                    help="run the targeted scenarios (faults timed against the guard's windows) instead")
     ap.add_argument("--list", action="store_true", help="only print the drawn scenarios and cost estimates")
     ap.add_argument("--json", default="", help="write all results here")
     ap.add_argument("--markdown", default="", help="write the results table here (Markdown)")
+    ap.add_argument("--snapshot", nargs="?", const="HEAD", default="",
+                    help="run every study on a copy of src/ at this commit (default HEAD), not the live tree")
     args = ap.parse_args(argv)
+    if args.snapshot and not os.environ.get("FP_STRESS_SNAPSHOT"):
+        reexec_on_snapshot(args.snapshot, sys.argv[1:] if argv is None else argv)
 
     from rich.console import Console
     from rich.progress import Progress
 
-    points = [draw_point(k, max_nodes=args.max_nodes) for k in range(args.first, args.first + args.points)]
+    if args.targeted:
+        points = targeted_points()
+    else:
+        ks = range(args.first, args.first + args.points)
+        points = [draw_point(k, max_nodes=args.max_nodes) for k in ks]
     if args.list:
         total = 0.0
         for pt in points:
             gpn = int(pt.cluster["gpus_per_node"]) if isinstance(pt.cluster, dict) else 8
             total += cost(pt, gpn)
-            print(f"stress-{pt.k:<4d} nodes {pt.nodes} steps {pt.study['steps']} repeats {pt.repeats} "
+            print(f"{pt.name:11s} nodes {pt.nodes} steps {pt.study['steps']} repeats {pt.repeats} "
                   f"~{cost(pt, gpn):.0f}s  {' '.join(pt.tags)}")
         print(f"estimated total {total / 60:.1f} min")
         return
@@ -537,13 +632,14 @@ def main(argv: list[str] | None = None) -> None:
         with Progress(transient=True, console=Console(stderr=True)) as bar:
             task = bar.add_task("stress scenarios", total=len(points))
             for pt in points:
-                name = f"stress-{pt.k}"
+                name = pt.name
                 bar.update(task, description=f"{name} {pt.nodes} nodes {pt.study['steps']} steps")
                 base = (keep or tmp) / name
                 if base.exists():
                     shutil.rmtree(base)
                 folder = write_point(pt, base / "scenario")
-                entry: dict[str, Any] = {"tags": pt.tags, "nodes": pt.nodes, "cli": pt.cli, "study": pt.study}
+                entry: dict[str, Any] = {"tags": pt.tags, "nodes": pt.nodes, "cli": pt.cli, "study": pt.study,
+                                         "code": code_version()}
                 try:
                     invalid = validate_point(folder, pt.nodes)
                 except Exception as exc:  # a loader that crashes instead of a one-line error is a bug
