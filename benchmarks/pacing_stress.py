@@ -569,6 +569,85 @@ def md_row(name: str, pt: Point, r: dict[str, Any]) -> str:
 
 
 
+# ------------------------------------------------------------------------------------------ bad files
+# Mistakes a user makes in the four files: (file, what, change). A change is a dict merged into the
+# file's YAML (None deletes the key), or a string that replaces the whole file.
+BAD: list[tuple[str, str, Any]] = [
+    ("cluster", "no spines", {"network": {"spines": 0}}),
+    ("cluster", "3 NICs per GPU on 8 GPUs", {"nics": {"per": "gpu", "count": 3}}),
+    ("cluster", "job larger than the cluster", {"nodes": 2}),
+    ("cluster", "YAML syntax error", "name: x\nnodes: [4\n"),
+    ("cluster", "unknown routing", {"network": {"routing": "ecmpp"}}),
+    ("workload", "0 samples per GPU", {"batch_per_gpu": 0}),
+    ("workload", "misspelt field", {"batch_per_gpus": 4}),
+    ("workload", "pp that does not divide the nodes", {"parallelism": {"pp": 3, "microbatches": 3}}),
+    ("workload", "fewer micro-batches than stages", {"parallelism": {"pp": 2, "microbatches": 1}}),
+    ("workload", "tp larger than a node", {"parallelism": {"tp": 16}}),
+    ("workload", "tp that does not divide a node", {"parallelism": {"tp": 3}}),
+    ("workload", "unknown preset", {"preset": "gpt-13b"}),
+    ("workload", "compute with neither seconds nor flops", {"compute": {"flops_per_sample": None}}),
+    ("workload", "preset with a misspelt override", {"batch_per_gpu": None, "batch_size": 8}),
+    ("noise", "slow rank outside the job", {"slow": [{"rank": 9999, "factor": 1.5}]}),
+    ("noise", "link not in the cluster", {"links": [{"link": "leaf99->spine0", "scale": 0.5}]}),
+    ("noise", "flap down longer than its period",
+     {"links": [{"link": "leaf0->spine0", "scale": 0.5, "flap_period_steps": 10, "flap_down_steps": 20}]}),
+    ("noise", "fault ends before it starts", {"slow": [{"rank": 1, "factor": 1.5, "from_step": 90,
+                                                         "to_step": 10}]}),
+    ("noise", "slow with both rank and node", {"slow": [{"rank": 1, "node": 1, "factor": 1.5}]}),
+    ("noise", "tenant on a link name with a typo", {"foreign": [{"links": ["leaf0-spine0"], "scale": 0.5}]}),
+    ("noise", "negative jitter", {"jitter": {"cv": -0.1}}),
+    ("noise", "a list instead of a mapping", "- jitter\n"),
+    ("scenario", "no node counts", {"study": {"nodes": []}}),
+    ("scenario", "warm-up longer than the run", {"study": {"steps": 60, "warmup": 80}}),
+    ("scenario", "workload file that does not exist", {"workload": "workloads.yaml"}),
+    ("scenario", "no cluster", {"cluster": None}),
+    ("scenario", "node count as a string", {"study": {"nodes": "4,8"}}),
+    ("scenario", "zero repeats", {"study": {"repeats": 0}}),
+]
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in change.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def bad_files(tmp: Path, seed: int) -> int:
+    """Each BAD mistake in a copy of the paper scenario (4 nodes): the study must exit 2 with one line."""
+    paper = ROOT / "src/fabricpace/data/scenarios/paper"
+    good = {f: yaml.safe_load((paper / f"{f}.yaml").read_text()) for f in ("cluster", "workload", "noise")}
+    good["scenario"] = {"name": "bad", "cluster": "cluster.yaml", "workload": "workload.yaml",
+                        "noise": "noise.yaml",
+                        "study": {"nodes": [4], "steps": 60, "warmup": 10, "repeats": 1}}
+    failures = 0
+    for i, (which, what, change) in enumerate(BAD):
+        folder = tmp / f"bad-{i}"
+        folder.mkdir(parents=True)
+        for f, doc in good.items():
+            text = yaml.safe_dump(doc, sort_keys=False)
+            if f == which and isinstance(change, str):
+                text = change
+            elif f == which:
+                text = yaml.safe_dump(_merge(doc, change), sort_keys=False)
+            (folder / f"{f}.yaml").write_text(text)
+        res = run_study(folder, folder / "study", [], seed=seed, figures=False)
+        lines = [ln for ln in res["stderr_tail"].splitlines() if ln.strip()]
+        ok = res["rc"] == 2 and not res["problems"] and len(lines) == 1
+        failures += not ok
+        msg = lines[-1] if lines else "(nothing on stderr)"
+        verdict = "ok" if ok else f"NOT A ONE-LINE ERROR (exit {res['rc']}, {len(lines)} stderr lines)"
+        print(f"{which:9s} {what:42s} {verdict}: {msg[:400]}", flush=True)
+    print(f"bad files: {len(BAD) - failures} of {len(BAD)} gave a one-line error and exit 2", flush=True)
+    return failures
+
+
+
 # ------------------------------------------------------------------------------------------- main
 def reexec_on_snapshot(rev: str, argv: list[str]) -> None:
     """Copy src/ at ``rev`` to a temporary folder and run this script again with it first on
@@ -596,6 +675,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--verbose", action="store_true", help="print the paced runs' decisions of every point")
     ap.add_argument("--targeted", action="store_true",
                     help="run the targeted scenarios (faults timed against the guard's windows) instead")
+    ap.add_argument("--bad-files", action="store_true",
+                    help="write files with the mistakes users make; each must give a one-line error (exit 2)")
     ap.add_argument("--list", action="store_true", help="only print the drawn scenarios and cost estimates")
     ap.add_argument("--json", default="", help="write all results here")
     ap.add_argument("--markdown", default="", help="write the results table here (Markdown)")
@@ -608,6 +689,10 @@ def main(argv: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.progress import Progress
 
+    if args.bad_files:
+        with tempfile.TemporaryDirectory(prefix="fp-pacing-stress-bad-") as tmpdir:
+            bad_files(Path(tmpdir), args.seed)
+        return
     if args.targeted:
         points = targeted_points()
     else:
