@@ -360,6 +360,9 @@ def targeted_points() -> list[Point]:
         pt("ts2.0-from100-to150", slow(2.0, (100, 150)), [4, 16], 500),
         # slow in windows 0, 3-4, 7-8: every first pair of an ABBA trial started at step 50 sees it
         pt("ts2.0-periodic", slow(2.0, (0, 50), (150, 250), (350, 450)), [4, 16], 500),
+        # a persistent straggler on a workload whose compute is mostly a fixed per-step part
+        pt("ts1.3-fixed0.7", slow(1.3, (0, None)), [4, 16], 300,
+           workload={**wl, "fixed_compute_fraction": 0.7}),
         pt("tenants-150-250", {"foreign": [{"links": spine, "scale": 0.3, "from_step": 150, "to_step": 250}]},
            [8], 500),
     ]
