@@ -74,28 +74,32 @@ def fixed_step_cost(compute: np.ndarray, samples: np.ndarray, *, min_group: int 
     Compute per sample is compute / samples only if every step's compute scales with its samples. With
     a fixed part ``f``, a rank given fewer samples looks slower per sample than it is (f / n grows), so
     after a straggler recovers, the rank that gave samples away still looks slow and the shares never
-    return. Once ranks run different sample counts, ranks at two counts with the same speed reveal ``f``:
-    the slope is the median over rank pairs at different counts (Theil-Sen), taken only between counts
-    held by at least ``min_group`` ranks — a lone straggler at its own count would otherwise set the
-    line — and ``f`` is the median of compute - slope * samples, kept below 80% of the smallest compute.
+    return. Once ranks run different sample counts, ranks of the same speed at two counts reveal ``f``.
+    Only ranks at or above the median count are used: those below gave samples away, and whether they
+    are still slow is what is being asked (a whole slow node at its own count would set the line). Among
+    them, the slope is the median over rank pairs at different counts (Theil-Sen), between counts held
+    by at least ``min_group`` ranks, and ``f`` is the median of compute - slope * samples, kept below
+    80% of their smallest compute.
     """
     c = np.asarray(compute, dtype=np.float64)
     n = np.asarray(samples, dtype=np.float64)
     ok = np.isfinite(c) & np.isfinite(n) & (c > 0) & (n > 0)
-    c, n = c[ok], n[ok]
-    counts, size = np.unique(np.round(n), return_counts=True)
-    common = set(counts[size >= min_group].tolist())
-    keep = np.array([v in common for v in np.round(n)], dtype=bool)
-    if len(common) < 2:
+    c, n = c[ok], np.round(n[ok])
+    if c.size == 0:
         return 0.0
+    up = n >= float(np.median(n))
+    c, n = c[up], n[up]
+    counts, size = np.unique(n, return_counts=True)
+    common = counts[size >= min_group]
+    if common.size < 2:
+        return 0.0
+    keep = np.isin(n, common)
     cc, nn = c[keep], n[keep]
     i, j = np.triu_indices(cc.size, k=1)
     dn = nn[j] - nn[i]
-    use = np.abs(dn) >= 0.5
-    if not np.any(use):
-        return 0.0
+    use = dn != 0
     slope = float(np.median((cc[j] - cc[i])[use] / dn[use]))
     if not np.isfinite(slope) or slope <= 0:
         return 0.0
     f = float(np.median(cc - slope * nn))
-    return float(np.clip(f, 0.0, 0.8 * float(c.min())))
+    return float(np.clip(f, 0.0, 0.8 * float(cc.min())))
