@@ -77,9 +77,10 @@ def fixed_step_cost(compute: np.ndarray, samples: np.ndarray, *, min_group: int 
     return. Once ranks run different sample counts, ranks of the same speed at two counts reveal ``f``.
     Only ranks at or above the median count are used: those below gave samples away, and whether they
     are still slow is what is being asked (a whole slow node at its own count would set the line). Among
-    them, the slope is the median over rank pairs at different counts (Theil-Sen), between counts held
-    by at least ``min_group`` ranks, and ``f`` is the median of compute - slope * samples, kept below
-    80% of their smallest compute.
+    them, the slope is the median over rank pairs at different counts (Theil-Sen on each count's median
+    compute, a pair of counts weighted by the ranks it pairs, so the cost stays small at 10,000 ranks),
+    between counts held by at least ``min_group`` ranks, and ``f`` is the median of
+    compute - slope * samples, kept below 80% of their smallest compute.
     """
     c = np.asarray(compute, dtype=np.float64)
     n = np.asarray(samples, dtype=np.float64)
@@ -95,10 +96,14 @@ def fixed_step_cost(compute: np.ndarray, samples: np.ndarray, *, min_group: int 
         return 0.0
     keep = np.isin(n, common)
     cc, nn = c[keep], n[keep]
-    i, j = np.triu_indices(cc.size, k=1)
-    dn = nn[j] - nn[i]
-    use = dn != 0
-    slope = float(np.median((cc[j] - cc[i])[use] / dn[use]))
+    med = np.array([np.median(cc[nn == v]) for v in common])
+    w = size[size >= min_group].astype(np.float64)
+    i, j = np.triu_indices(common.size, k=1)
+    slopes = (med[j] - med[i]) / (common[j] - common[i])
+    weights = w[i] * w[j]
+    order = np.argsort(slopes)
+    cum = np.cumsum(weights[order])
+    slope = float(slopes[order][np.searchsorted(cum, 0.5 * cum[-1])])  # weighted median
     if not np.isfinite(slope) or slope <= 0:
         return 0.0
     f = float(np.median(cc - slope * nn))
