@@ -44,7 +44,7 @@ from fabricpace.fabric import load_cluster
 from fabricpace.pacing import Controller, PacingConfig
 from fabricpace.pacing.state import PacingState
 from fabricpace.run.reader import load_run
-from fabricpace.sim import SimOptions, rank_leaves, resolve_node_order, simulate
+from fabricpace.sim import SimOptions, load_workload, rank_leaves, resolve_node_order, simulate, twin_policies
 from fabricpace.sim.noise import Noise, NoiseSpec, load_noise
 from fabricpace.study.metrics import summarize_run
 
@@ -172,7 +172,8 @@ def run(
     order = resolve_node_order(node_order, nodes=nodes, seed=seed)
     if mode == "paced":
         leaves = rank_leaves(cl, nodes=nodes, node_order=order)
-        controller = Controller(len(leaves), config or PacingConfig(), policies="auto", leaves=leaves)
+        policies = twin_policies(load_workload(wl if wl is not None else WORKLOAD))
+        controller = Controller(len(leaves), config or PacingConfig(), policies=policies, leaves=leaves)
     with tempfile.TemporaryDirectory(prefix="fp-pacing-sim-") as tmp:
         out = simulate(
             cl,

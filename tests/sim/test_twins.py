@@ -299,3 +299,23 @@ def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small
     assert any("ranks holding extra samples are now the slowest" in r for r in reasons), reasons
     # One window (50 of 250 measured steps) runs the move that no longer helps: about -1%.
     assert paced >= 0.985 * base, (paced / base - 1, reasons)
+
+
+def test_rebalance_is_for_data_parallelism_only(tmp_path, write_yaml):
+    """The ranks of a tensor-parallel group must process the same samples: the study's controller gets
+    no rebalance for such a workload, and a state with per-rank shares is an error, not a silent gain."""
+    from fabricpace._errors import SimulationError
+    from fabricpace.sim import load_workload, twin_policies
+
+    tp = write_yaml(
+        tmp_path / "tp.yaml",
+        {"name": "tp2", "parameters": 2.0e7, "layers": 8, "batch_per_gpu": 16,
+         "compute": {"seconds": 0.1}, "parallelism": {"tp": 2}},
+    )
+    assert "rebalance" not in twin_policies(load_workload(tp))
+    assert "rebalance" in twin_policies(load_workload("resnet-50"))
+    with pytest.raises(SimulationError, match="data parallelism only"):
+        simulate(
+            "single-switch", tp, None, nodes=1, steps=20, seed=1, out_dir=tmp_path / "r",
+            options=SimOptions(window=10, pinned=PacingState(shares=tuple([0.1] + [0.9 / 7] * 7))),
+        )

@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
         from fabricpace.run.reader import load_run
-        from fabricpace.sim import SimOptions, rank_leaves, resolve_node_order
+        from fabricpace.sim import SimOptions, load_workload, rank_leaves, resolve_node_order, twin_policies
         from fabricpace.sim import simulate as run_sim
         from fabricpace.study.metrics import summarize_run
 
@@ -127,7 +127,9 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"--nodes {nodes}: cluster {cl.name!r} has 1..{cl.nodes} nodes")
             launch = resolve_node_order(node_order, nodes=nodes, seed=seed)
             controller = Controller(
-                nodes * g, policies="auto", leaves=rank_leaves(cl, nodes=nodes, node_order=launch)
+                nodes * g,
+                policies=twin_policies(load_workload(workload)),
+                leaves=rank_leaves(cl, nodes=nodes, node_order=launch),
             )
         out_dir = out if out is not None else _default_out("sim")
         with _stderr_progress(steps, "simulate", fmt != "json") as bar:
@@ -215,6 +217,16 @@ def register(app: typer.Typer) -> None:
             node_order=node_order,
         )
         check_plan(plan)  # bad input fails before the progress bar draws anything
+        if sc is not None and nodes is None and plan.cluster is not None:
+            from fabricpace.fabric import load_cluster
+
+            have = load_cluster(plan.cluster).nodes
+            too_many = [n for n in plan.nodes if n > have]
+            if too_many:
+                raise InputError(
+                    f"{sc.folder / 'scenario.yaml'}: field 'study.nodes': {too_many[0]} nodes, but the "
+                    f"cluster ({plan.cluster}) has {have}; lower study.nodes or raise the cluster's nodes"
+                )
         total = len(plan.points())
         with _stderr_progress(total, "study", True) as bar:
             task = bar.add_task(f"study ({backend})", total=total)

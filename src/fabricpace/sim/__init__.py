@@ -6,6 +6,7 @@ diagnosis and reports read exactly like a real one. See docs/simulator.md.
 
 from fabricpace.sim.loop import NODE_ORDERS, SimOptions, rank_leaves, resolve_node_order, simulate
 from fabricpace.sim.noise import Noise, load_noise
+from fabricpace.sim.twins import twin_policies
 from fabricpace.sim.workload import Workload, load_workload
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "rank_leaves",
     "resolve_node_order",
     "simulate",
+    "twin_policies",
 ]

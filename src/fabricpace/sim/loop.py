@@ -186,7 +186,9 @@ def simulate(
     if controller is not None:
         pacing_info = {"mode": "paced", "controller": type(controller).__name__, "window": options.window}
     elif options.pinned is not None:
-        apply_state(state, options.pinned, batch=wl.batch_per_gpu, gpus_per_node=g)
+        apply_state(
+            state, options.pinned, batch=wl.batch_per_gpu, gpus_per_node=g, model_parallel=wl.model_parallel
+        )
         if options.pinned.placement is not None and p.pp == 1 and p.tp == 1:
             transfers.reorder(_ring_nodes(state.node_of_rank, options.pinned.placement, g), from_step=0)
         pacing_info = {"mode": "pinned", "state": repr(options.pinned)}
@@ -235,6 +237,7 @@ def simulate(
                     gpus_per_node=g,
                     step_time_s=float(np.median([s.step_median_ns for s in summaries])) / 1e9,
                     max_delay_share=_max_delay_share(controller),
+                    model_parallel=wl.model_parallel,
                 )
                 if new_state.placement is not None and p.pp == 1 and p.tp == 1:
                     transfers.reorder(_ring_nodes(state.node_of_rank, new_state.placement, g), from_step=w1)

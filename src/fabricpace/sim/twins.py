@@ -6,7 +6,10 @@ Each field acts only through the mechanism the real actuator has:
   generations at the same steps (``step % gc_interval == 0``) and the whole heap at
   ``step % gc_full_interval == 0`` — see ``hostnoise.GcState.step``.
 - ``shares``: each rank's samples per step (global batch unchanged); its compute and its garbage scale
-  with its samples (``Engine.run_block``).
+  with its samples (``Engine.run_block``). Data parallelism only: the ranks of a tensor- or
+  pipeline-parallel group must process the same samples, and ``BalancedSampler`` splits the batch per
+  rank, so with ``tp``/``pp`` > 1 the controller is built without rebalance (``twin_policies``) and a
+  state with shares is an error.
 - ``comm_window`` / ``comm_spacing_ns``: the comm hook holds bucket launches (in-flight window, minimum
   spacing). The hook runs on the autograd thread, so a hold delays the rest of that rank's backward;
   the held time is recorded as ``paced_ns`` (``Engine._ddp``). As in the real ``CommGate``, the holds
@@ -27,8 +30,18 @@ from __future__ import annotations
 import numpy as np
 
 from fabricpace._errors import SimulationError
+from fabricpace.pacing.config import POLICIES
 from fabricpace.pacing.state import PacingState
 from fabricpace.sim.engine import RankState, shares_to_samples
+from fabricpace.sim.workload import Workload
+
+
+def twin_policies(workload: Workload) -> tuple[str, ...]:
+    """The policies of ``pacing="auto"`` that this workload's twins can apply: all of them, without
+    rebalance when tensor or pipeline parallelism groups ranks that must share their samples."""
+    if workload.model_parallel > 1:
+        return tuple(p for p in POLICIES if p != "rebalance")
+    return POLICIES
 
 
 def apply_state(
@@ -39,12 +52,18 @@ def apply_state(
     gpus_per_node: int,
     step_time_s: float | None = None,
     max_delay_share: float = 0.01,
+    model_parallel: int = 1,
 ) -> None:
     """Apply ``pacing`` to the carried rank state from the next step on (in place).
 
     ``step_time_s`` (the last window's median step time) sizes the comm delay budget like the real
     pacer does; None leaves the budget uncapped."""
     world = state.samples.shape[0]
+    if pacing.shares is not None and model_parallel > 1:
+        raise SimulationError(
+            "pacing shares (rebalance) are modelled for data parallelism only; this workload has "
+            f"{model_parallel} ranks per tensor/pipeline-parallel group, which must share their samples"
+        )
     if pacing.shares is not None and len(pacing.shares) != world:
         raise SimulationError(f"pacing shares has {len(pacing.shares)} entries for {world} ranks")
     if pacing.shares is not None and (min(pacing.shares) < 0 or sum(pacing.shares) <= 0):

@@ -125,11 +125,13 @@ def _make_controller(plan: StudyPlan, nodes: int, order: Any = None) -> Any:
     from fabricpace.fabric import load_cluster
 
     cl = load_cluster(plan.cluster)  # type: ignore[arg-type]
-    from fabricpace.sim import rank_leaves
+    from fabricpace.sim import load_workload, rank_leaves, twin_policies
 
-    # The same policies as the observer's pacing="auto"; each rank's leaf as launched.
+    # The same policies as the observer's pacing="auto" (rebalance only for data parallelism); each
+    # rank's leaf as launched.
     leaves = rank_leaves(cl, nodes=nodes, node_order=order)
-    return Controller(len(leaves), policies="auto", leaves=leaves)
+    policies = twin_policies(load_workload(plan.workload))  # type: ignore[arg-type]
+    return Controller(len(leaves), policies=policies, leaves=leaves)
 
 
 def run_point(plan: StudyPlan, *, nodes: int, mode: str, repeat: int) -> dict[str, Any]:
