@@ -264,3 +264,17 @@ def test_memory_growth_adds_full_collections_no_more_often_than_the_floor(summar
         rss *= 1.2
         ctl.update(50 * (w + 1), summaries(w, step_ms=70, gc_ms=1, gc_count=50, rss=rss))
     assert ctl.kept.gc_full_interval == ctl.config.gc_full_interval_min
+
+
+def test_heavy_gc_on_a_part_of_the_fleet_is_tried_at_once(summaries):
+    """GC costing several times the trigger on a fifth of the ranks is clear within one window: waiting
+    for a second window leaves a whole window at the slow level (and a level change in the run)."""
+    ctl = Controller(10, policies=("gc",))
+    heavy = {"gc_ms": [80.0, 80.0] + [0.0] * 8, "gc_count": [1.0, 1.0] + [0.0] * 8}
+    state, dec = ctl.update(50, summaries(0, world=10, step_ms=100, **heavy))
+    assert [d.policy for d in dec] == ["gc"] and state.gc_interval is not None
+    # the same on a single rank of ten (a one-off) still waits for a second window
+    ctl = Controller(10, policies=("gc",))
+    one = {"gc_ms": [80.0] + [0.0] * 9, "gc_count": [1.0] + [0.0] * 9}
+    state, dec = ctl.update(50, summaries(0, world=10, step_ms=100, **one))
+    assert dec == [] and state.gc_interval is None

@@ -422,8 +422,13 @@ class Controller:
         # tried at once; GC on a few ranks only, or near the trigger, must also fire in the next window
         # (on a loaded host a single window near the trigger is often noise).
         if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
-            clear = fleet.gc_share >= c.gc_clear_share and (
-                fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0
+            clear = (
+                fleet.gc_share >= c.gc_clear_share
+                and (fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0)
+            ) or (
+                fleet.gc_share >= c.gc_heavy_share
+                and fleet.gc_ranks >= c.gc_wide_share
+                and fleet.gc_ranks * self.world_size >= 2  # more than one rank: not a one-off
             )
             ok = persistent("gc") or clear
             interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
