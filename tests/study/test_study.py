@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +216,33 @@ def test_missing_backend_module_is_an_input_error():
     with pytest.raises(InputError, match=r"fabricpace\.study\.no_such_backend"):
         _backend_module("no_such_backend")
     assert _backend_module("local").run_point is not None
+
+
+def test_scenario_study_block_errors_name_scenario_yaml(cli, tmp_path):
+    """Values that came from a scenario folder are reported against scenario.yaml and its field, not
+    against command-line options the user never passed."""
+    import yaml
+
+    paper = Path(__file__).resolve().parents[2] / "src/fabricpace/data/scenarios/paper"
+
+    def folder(name: str, **changes: object) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("cluster.yaml", "workload.yaml", "noise.yaml"):
+            (d / f).write_text((paper / f).read_text())
+        spec = yaml.safe_load((paper / "scenario.yaml").read_text())
+        spec.update(changes)
+        (d / "scenario.yaml").write_text(yaml.safe_dump(spec))
+        return d
+
+    cases = {
+        "steps": ({"study": {"steps": 60, "warmup": 80}}, "study"),
+        "nodes": ({"study": {"nodes": [4, 128]}}, "study.nodes"),
+        "missing": ({"workload": "workloads.yaml"}, "'workload'"),
+    }
+    for name, (changes, field) in cases.items():
+        d = folder(name, **changes)
+        r = cli("study", "--scenario", str(d), "--compare", "baseline", "--out", str(tmp_path / f"o-{name}"))
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (name, r.stderr)
+        assert "scenario.yaml" in lines[0] and field in lines[0] and "--" not in lines[0], (name, lines[0])

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabricpace._errors import ConfigError
 from fabricpace.sim._config import read_yaml, resolve, validate
@@ -28,6 +28,14 @@ class StudyDefaults(BaseModel):
     steps: int = Field(default=300, ge=2)
     warmup: int = Field(default=50, ge=0)
     repeats: int = Field(default=3, ge=1)
+
+    @model_validator(mode="after")
+    def _enough_steps(self) -> StudyDefaults:
+        if self.steps < self.warmup + 2:
+            raise ValueError(
+                f"steps {self.steps} with warmup {self.warmup}: need at least warmup + 2 steps to measure"
+            )
+        return self
 
 
 class ScenarioSpec(BaseModel):
@@ -50,10 +58,18 @@ class Scenario:
     study: StudyDefaults
 
 
-def _local(folder: Path, ref: str) -> str:
-    """A reference relative to the scenario folder when such a file exists, else a preset name."""
+def _local(folder: Path, ref: str, *, file: Path, field: str) -> str:
+    """A reference relative to the scenario folder when such a file exists, else a preset name; a
+    reference that looks like a file but is missing is an error naming scenario.yaml and the field."""
     candidate = folder / ref
-    return str(candidate) if candidate.exists() else ref
+    if candidate.exists():
+        return str(candidate)
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        raise ConfigError(
+            f"{file}: field '{field}': {ref} not found next to scenario.yaml (looked for {candidate}); "
+            "fix the file name or use a preset name"
+        )
+    return ref
 
 
 def load_scenario(name_or_dir: str | Path) -> Scenario:
@@ -66,8 +82,8 @@ def load_scenario(name_or_dir: str | Path) -> Scenario:
     return Scenario(
         name=spec.name,
         folder=folder,
-        cluster=_local(folder, spec.cluster),
-        workload=_local(folder, spec.workload),
-        noise=_local(folder, spec.noise) if spec.noise else None,
+        cluster=_local(folder, spec.cluster, file=file, field="cluster"),
+        workload=_local(folder, spec.workload, file=file, field="workload"),
+        noise=_local(folder, spec.noise, file=file, field="noise") if spec.noise else None,
         study=spec.study,
     )
