@@ -438,19 +438,34 @@ def code_version() -> str:
 
 
 
+MEM_LIMIT_GB = 12.0  # address-space cap of each study subprocess (--mem-limit-gb); 0 = none
+
+
+def _limit_memory() -> None:
+    """In the study subprocess: cap its address space, so a study that outgrows the machine fails
+    with MemoryError instead of pushing other processes into the kernel's OOM killer."""
+    import resource
+
+    if MEM_LIMIT_GB > 0:
+        cap = int(MEM_LIMIT_GB * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
 def run_study(folder: Path, out: Path, cli: list[str], *, seed: int, figures: bool) -> dict[str, Any]:
     cmd = ["nice", "-n", "19", str(FABRICPACE), "study", "--backend", "sim", "--scenario", str(folder),
            "--compare", "baseline,paced", "--format", "json", "--seed", str(seed), "--out", str(out), *cli]
     if not figures:
         cmd.append("--no-figures")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=folder.parent)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=folder.parent, preexec_fn=_limit_memory)
     res: dict[str, Any] = {"cmd": cmd, "rc": p.returncode, "wall_s": time.perf_counter() - t0,
                            "stderr_tail": p.stderr[-3000:]}
     problems = []
     if "Traceback" in p.stderr:
         problems.append("traceback on stderr")
-    if p.returncode not in (0, 2):
+    if "MemoryError" in p.stderr or p.returncode == -9:
+        problems.append(f"out of memory (cap {MEM_LIMIT_GB:g} GiB; exit code {p.returncode})")
+    elif p.returncode not in (0, 2):
         problems.append(f"exit code {p.returncode}")
     if p.returncode == 2:
         lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith(("study", " "))]
@@ -689,7 +704,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--markdown", default="", help="write the results table here (Markdown)")
     ap.add_argument("--snapshot", nargs="?", const="HEAD", default="",
                     help="run every study on a copy of src/ at this commit (default HEAD), not the live tree")
+    ap.add_argument("--mem-limit-gb", type=float, default=12.0,
+                    help="address-space cap of each study subprocess in GiB (0: none)")
     args = ap.parse_args(argv)
+    globals()["MEM_LIMIT_GB"] = args.mem_limit_gb  # read by _limit_memory in each study subprocess
     if args.snapshot and not os.environ.get("FP_STRESS_SNAPSHOT"):
         reexec_on_snapshot(args.snapshot, sys.argv[1:] if argv is None else argv)
 
