@@ -1,9 +1,15 @@
 """Pacing on scenarios a user writes: scenario folders on disk, run through the real `fabricpace study` CLI.
 
-    .venv/bin/python benchmarks/pacing_stress.py                          # 40 scenarios (~40 min, nice 19)
-    .venv/bin/python benchmarks/pacing_stress.py --points 5 --first 40    # five more, others' draws
+    .venv/bin/python benchmarks/pacing_stress.py --snapshot               # 40 scenarios (~30 min, niced)
+    .venv/bin/python benchmarks/pacing_stress.py --first 40 --points 40 --seed 11   # 40 others, other seeds
     .venv/bin/python benchmarks/pacing_stress.py --first 7 --points 1 --verbose --keep /tmp/p7
     .venv/bin/python benchmarks/pacing_stress.py --list --points 40       # what would run, with cost
+    .venv/bin/python benchmarks/pacing_stress.py --targeted [--only ts2.0-to50]   # faults timed against
+                                                                          # the guard's windows
+    .venv/bin/python benchmarks/pacing_stress.py --bad-files              # one-line errors for mistakes
+
+``--snapshot [REV]`` runs everything on a copy of src/ at REV (HEAD), so a sweep measures one version
+of the controller while others edit the tree; ``--mem-limit-gb`` caps each study subprocess.
 
 `pacing_sim.py unseen` calls the simulator in-process on preset clusters and workloads at 2–32 nodes.
 This script goes where that check does not. Point ``k`` is drawn from a generator seeded by ``k``: a
