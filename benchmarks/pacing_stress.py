@@ -251,11 +251,12 @@ def draw_noise(
         for i in rng.choice(len(spine), size=n, replace=False):
             a, _, b = spine[int(i)].partition("->")
             pair = [spine[int(i)]] + ([f"{b}->{a}"] if f"{b}->{a}" in links else [])
-            f: dict[str, Any] = {"links": pair, "scale": round(float(rng.uniform(0.1, 0.9)), 2), **when()}
+            scale = round(float(rng.uniform(0.1, 0.9)), 2)
+            tenant: dict[str, Any] = {"links": pair, "scale": scale, **when()}
             if rng.random() < 0.7:
-                f.update(duty=round(float(rng.uniform(0.05, 0.8)), 2),
-                         burst_steps=round(float(rng.uniform(1, 60)), 1))
-            d["foreign"].append(f)
+                tenant.update(duty=round(float(rng.uniform(0.05, 0.8)), 2),
+                              burst_steps=round(float(rng.uniform(1, 60)), 1))
+            d["foreign"].append(tenant)
     link_faults = []
     if "slow-link" in fams and inter:
         link_faults.append({"link": str(rng.choice(inter)), "scale": round(float(rng.uniform(0.1, 0.9)), 2),
