@@ -88,3 +88,21 @@ def test_window_summary_round_trip():
     values = {name: float(i) for i, name in enumerate(WINDOW_FIELDS)}
     s = WindowSummary.from_array(WindowSummary(**values).to_array())  # type: ignore[arg-type]
     assert s.to_array().tolist() == [float(i) for i in range(len(WINDOW_FIELDS))]
+
+
+def test_load_run_reads_only_the_tables_and_steps_asked_for(tmp_path):
+    """A study needs the steps table only; the collectives table (one row per rank, bucket and step)
+    of a large run does not fit in memory, so it is read only when asked, and only the steps asked."""
+    from fabricpace.sim import simulate
+
+    run_dir = simulate("single-switch", "resnet-50", None, nodes=1, steps=12, seed=1, out_dir=tmp_path / "r")
+    full = load_run(run_dir)
+    assert full.collectives.height > 0 and full.steps.height > 0
+    only_steps = load_run(run_dir, tables=("steps",))
+    assert only_steps.steps.equals(full.steps) and only_steps.collectives.height == 0
+    assert only_steps.collectives.columns == full.collectives.columns
+    some = load_run(run_dir, tables=("collectives",), step_range=(5, 6)).collectives
+    assert sorted(some["step"].unique().to_list()) == [5, 6]
+    assert some.height == full.collectives.filter(full.collectives["step"].is_between(5, 6)).height
+    with pytest.raises(ValueError, match="unknown table"):
+        load_run(run_dir, tables=("stepz",))

@@ -147,7 +147,7 @@ def register(app: typer.Typer) -> None:
                 options=SimOptions(window=window),
                 node_order=node_order,
             )
-        summary = summarize_run(load_run(run_dir), min(warmup, max(steps - 2, 0)))
+        summary = summarize_run(load_run(run_dir, tables=("steps",)), min(warmup, max(steps - 2, 0)))
         if fmt == "json":
             typer.echo(json.dumps({"run_dir": str(run_dir), **summary}))
             return

@@ -8,6 +8,7 @@ installed (it is optional).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,13 @@ def write_study_figures(
     rows = result["rows"]
     figs: list[tuple[str, go.Figure]] = [("scaling", scaling_figure(rows)), ("cv", cv_figure(rows))]
     if timeline_run is not None:
-        figs.append(("timeline", timeline_figure(load_run(timeline_run))))
+        # Three steps mid-run: the run's collectives table can be far larger than memory (one row per
+        # rank, bucket and step), so only those steps' rows are read.
+        run = load_run(timeline_run, tables=("steps", "ranks"))
+        all_steps = sorted(run.steps["step"].unique().to_list())
+        mid = all_steps[len(all_steps) // 2] if all_steps else 0
+        coll = load_run(timeline_run, tables=("collectives",), step_range=(mid, mid + 2)).collectives
+        figs.append(("timeline", timeline_figure(replace(run, collectives=coll), (mid, mid + 2))))
     parts = []
     for i, (_, fig) in enumerate(figs):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))

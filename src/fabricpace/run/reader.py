@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,11 +42,19 @@ def _empty(name: str) -> pl.DataFrame:
     return pl.DataFrame(pl.from_arrow(plain.empty_table()))
 
 
-def _read_parts(files: list[Path], name: str, warnings: list[str]) -> pl.DataFrame:
+def _read_parts(
+    files: list[Path], name: str, warnings: list[str], step_range: tuple[int, int] | None = None
+) -> pl.DataFrame:
     frames = []
+    has_step = "step" in TABLES[name][0].names
+    filters = (
+        [("step", ">=", int(step_range[0])), ("step", "<=", int(step_range[1]))]
+        if step_range is not None and has_step
+        else None
+    )
     for f in files:
         try:
-            t = pq.read_table(f)
+            t = pq.read_table(f, filters=filters)
         except (OSError, pa.ArrowInvalid) as exc:
             warnings.append(f"{f}: unreadable chunk skipped ({exc})")
             continue
@@ -57,8 +66,18 @@ def _read_parts(files: list[Path], name: str, warnings: list[str]) -> pl.DataFra
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Load RUN_DIR. Raises RunDirError when it is not a run directory; truncation becomes warnings."""
+def load_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    tables: Collection[str] | None = None,
+    step_range: tuple[int, int] | None = None,
+) -> RunData:
+    """Load RUN_DIR. Raises RunDirError when it is not a run directory; truncation becomes warnings.
+
+    ``tables``: read only these (the others come back empty). A study needs only ``steps``; the
+    ``collectives`` table has one row per rank, collective and step (372 M rows for 64 nodes x 8 GPUs,
+    913 buckets and 800 steps), which read eagerly does not fit in memory. ``step_range`` (first,
+    last): only those steps' rows of the tables that have a step column."""
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory; pass a run directory written by fabricpace")
@@ -69,15 +88,21 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             f"{path}: run did not close cleanly (manifest.complete is false); data may be truncated"
         )
     frames: dict[str, pl.DataFrame] = {}
+    unknown = sorted(set(tables or ()) - set(TABLES))
+    if unknown:
+        raise ValueError(f"load_run: unknown table(s) {unknown}; tables are {sorted(TABLES)}")
     for name, (_, chunked) in TABLES.items():
+        if tables is not None and name not in tables:
+            frames[name] = _empty(name)
+            continue
         if chunked:
             folder = path / name
             files = sorted(folder.glob("*/part-*.parquet")) if folder.is_dir() else []
         else:
             single = path / f"{name}.parquet"
             files = [single] if single.is_file() else []
-        frames[name] = _read_parts(files, name, warnings)
+        frames[name] = _read_parts(files, name, warnings, step_range)
     for name in ("ranks", "steps"):
-        if frames[name].height == 0:
+        if (tables is None or name in tables) and frames[name].height == 0:
             warnings.append(f"{path}: no {name} rows")
     return RunData(path=path, manifest=manifest, warnings=warnings, **frames)

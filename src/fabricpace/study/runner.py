@@ -147,7 +147,7 @@ def run_point(plan: StudyPlan, *, nodes: int, mode: str, repeat: int) -> dict[st
                 nodes=nodes, mode=mode, steps=plan.steps, seed=seed, out_dir=out, scenario=plan.scenario
             )
         )
-    summary = summarize_run(load_run(run_dir), plan.warmup)
+    summary = summarize_run(load_run(run_dir, tables=("steps",)), plan.warmup)
     return {
         "backend": plan.backend,
         "nodes": nodes,
