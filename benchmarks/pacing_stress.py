@@ -470,7 +470,7 @@ def run_study(folder: Path, out: Path, cli: list[str], *, seed: int, figures: bo
     problems = []
     if "Traceback" in p.stderr:
         problems.append("traceback on stderr")
-    if "MemoryError" in p.stderr or p.returncode == -9:
+    if "MemoryError" in p.stderr or "memory allocation of" in p.stderr or p.returncode == -9:
         problems.append(f"out of memory (cap {MEM_LIMIT_GB:g} GiB; exit code {p.returncode})")
     elif p.returncode not in (0, 2):
         problems.append(f"exit code {p.returncode}")
