@@ -36,15 +36,19 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
     ghost = write_yaml(tmp_path / "ghost.yaml", {"slow": [{"rank": 99, "factor": 1.2}]})
     link = write_yaml(tmp_path / "link.yaml", {"links": [{"link": "leaf9->spine99", "scale": 0.5}]})
     typo = write_yaml(tmp_path / "typo.yaml", {"jiter": {"cv": 0.1}})
+    based = write_yaml(tmp_path / "based.yaml", {"preset": "gpt-13b", "batch_per_gpu": 8})
     return {
         "unknown preset": (["--workload", "gpt-99b"], "unknown workload preset"),
+        "unknown base preset": (["--workload", str(based)], "based.yaml: field 'preset': 'gpt-13b'"),
         "negative size": (["--workload", str(neg)], "parameters"),
         "missing key": (["--workload", str(missing)], "batch_per_gpu"),
         "ghost rank": (["--workload", str(small_workload), "--noise", str(ghost)], "rank 99 does not exist"),
     }, {"unknown link": (link, "leaf9->spine99"), "unknown field": (typo, "jiter")}
 
 
-@pytest.mark.parametrize("case", ["unknown preset", "negative size", "missing key", "ghost rank"])
+@pytest.mark.parametrize(
+    "case", ["unknown preset", "unknown base preset", "negative size", "missing key", "ghost rank"]
+)
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workload, case):
     args, needle = _bad_cases(tmp_path, write_yaml, small_workload)[0][case]
     out = tmp_path / "out"

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fabricpace._errors import ConfigError
-from fabricpace.sim._config import read_yaml, resolve, validate
+from fabricpace.sim._config import presets, read_yaml, resolve, validate
 
 MiB = 1024 * 1024
 
@@ -158,7 +158,15 @@ def _raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[str
     if preset is not None:
         if str(preset) in seen:
             raise ConfigError(f"{path}: field 'preset': {preset!r} refers back to itself")
-        base, _ = _raw(str(preset), (*seen, str(preset)))
+        try:
+            base, _ = _raw(str(preset), (*seen, str(preset)))
+        except ConfigError as exc:
+            if str(preset) in presets("workloads"):
+                raise  # the preset itself is bad (a chain of presets): its own message names it
+            raise ConfigError(
+                f"{path}: field 'preset': {preset!r} is not a workload preset; use one of "
+                f"{', '.join(presets('workloads'))}, or leave 'preset' out and give every field"
+            ) from exc
         # ``compute`` is either seconds or flops+tflops: an override replaces the whole block.
         if "compute" in raw:
             base.pop("compute", None)
