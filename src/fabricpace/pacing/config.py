@@ -44,9 +44,9 @@ class PacingConfig:
     # ...and costs at least this share of step time (twice the trigger: clear within one window).
     gc_clear_share: float = 0.06
     # GC that costs at least this share of step time, on at least `gc_wide_share` of the ranks (and
-    # more than one rank), is also
-    # clear within one window: a many-fold excess over the trigger is not noise, and waiting a window
-    # leaves it at the slower level (a run where 29% of 384 ranks paid 272% of step time waited).
+    # more than one rank), is also clear within one window: a many-fold excess over the trigger is not
+    # noise, and waiting a window leaves it at the slower level (a run where 29% of 384 ranks paid 272%
+    # of step time waited).
     gc_heavy_share: float = 0.25
     gc_wide_share: float = 0.10
     gc_interval_min: int = 1
