@@ -393,8 +393,10 @@ def run_training(
     timeout: float = 300.0,
     pin: dict[str, Any] | None = None,
     driver: str = "hooks",
+    leaves: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run one complete multi-process training; returns rank 0's record."""
+    """Run one complete multi-process training; returns rank 0's record. ``leaves``: each rank's leaf
+    switch name, given to it as ``FABRICPACE_LEAF`` (what a user sets from the cluster's topology)."""
     with tempfile.TemporaryDirectory(prefix="fp-pacing-") as tmp:
         out = Path(tmp) / "out.json"
         port = free_port()
@@ -445,7 +447,12 @@ def run_training(
         )
         env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
         procs = [
-            subprocess.Popen([*common, "--rank", str(r)], env=env, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [*common, "--rank", str(r)],
+                env=env | ({"FABRICPACE_LEAF": leaves[r]} if leaves else {}),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for r in range(world)
         ]
         deadline = time.monotonic() + timeout

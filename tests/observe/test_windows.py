@@ -67,8 +67,9 @@ def test_group_id_is_stable():
 
 def test_window_summary_reads_vectors_without_added_fields():
     vec = np.arange(len(WINDOW_FIELDS), dtype=float)
-    s = WindowSummary.from_array(vec[:-2])
-    assert s.arrivals_compared == 0.0 and s.skew_mean_ns == 0.0
+    s = WindowSummary.from_array(vec[:-3])
+    assert s.arrivals_compared == 0.0 and s.skew_mean_ns == 0.0 and s.leaf == -1.0
+    assert WindowSummary.from_array(vec[:-1]).leaf == -1.0  # a vector from before `leaf`
     assert np.array_equal(WindowSummary.from_array(vec).to_array(), vec)
 
 

@@ -80,6 +80,18 @@ def test_rebalance_through_the_observer_moves_samples_and_matches_off(bench):
     assert np.allclose(a, b, rtol=1e-5, atol=1e-6), float(np.abs(a - b).max())
 
 
+def test_placement_proposed_on_real_ranks_from_their_leaf_names(bench):
+    # Ranks 0 and 2 hang off one leaf, 1 and 3 off another: the rank-order ring crosses leaves 4 times.
+    # Each rank knows only its own leaf (FABRICPACE_LEAF); the window summaries carry it to every rank.
+    rec = bench.run_training(
+        pacing="placement", world=4, steps=30, window=10, global_batch=32, hidden=32,
+        leaves=["leaf-a", "leaf-b", "leaf-a", "leaf-b"], driver="observer", timeout=150.0,
+    )
+    placed = [d for d in rec["decisions"] if d["policy"] == "placement"]
+    assert len(placed) == 1, rec["decisions"]
+    assert "crosses leaves 4 times" in placed[0]["reason"] and "crosses 2 times" in placed[0]["reason"]
+
+
 def test_comm_gate_never_blocks_past_its_budget():
     gate = CommGate()
     gate.apply(1, 0, 20_000_000)  # window 1, 20 ms budget per step

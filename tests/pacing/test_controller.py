@@ -230,6 +230,22 @@ def test_placement_proposed_once_with_leaves(summaries):
     assert dec == []
 
 
+def test_placement_learns_leaves_from_the_window_summaries(summaries):
+    from dataclasses import replace
+
+    from fabricpace.observe.windows import leaf_id
+
+    ids = [leaf_id(n) for n in ("sw-17", "sw-3", "sw-17", "sw-3")]
+    ctl = Controller(4, policies="placement")
+    state, dec = ctl.update(50, [replace(s, leaf=ids[s.rank]) for s in summaries(0)])
+    assert ctl.leaves == (0, 1, 0, 1) and state.placement == (0, 2, 1, 3)
+    assert [d.policy for d in dec] == ["placement"]
+    # one rank without a leaf name: nothing is learnt, nothing proposed
+    ctl = Controller(4, policies="placement")
+    s = [replace(s, leaf=ids[s.rank] if s.rank else -1.0) for s in summaries(0)]
+    assert ctl.update(50, s)[1] == [] and ctl.leaves is None
+
+
 def test_bad_summaries_raise(summaries):
     ctl = Controller(4)
     with pytest.raises(ValueError, match="expected 4"):

@@ -97,6 +97,8 @@ def _spawn_workers(sc: Scenario, run: _Run, *, world: int, out: Path, args: list
                      "GLOO_SOCKET_IFNAME": "lo"})
     for rank in range(world):
         env = base | {"RANK": str(rank), "GROUP_RANK": str(rank_node[rank])}
+        if cfg is not None:  # what a user sets from the cluster's topology (observer: locality.leaf_name)
+            env["FABRICPACE_LEAF"] = cfg.leaf_bridge(cfg.leaf_of(rank_node[rank]))
         cmd = [sys.executable, "-m", "fabricpace.lab.worker", *args]
         if cfg is not None:
             cmd = ["ip", "netns", "exec", cfg.node_ns(rank_node[rank]), *cmd]

@@ -327,6 +327,7 @@ class Observer:
         row["clock_offset_ns"] = self.clock_estimate.offset_ns
         row["clock_err_ns"] = self.clock_estimate.err_ns
         self._rank_row = row
+        self._leaf = windows.leaf_id(row.get("leaf_name"))
         self.channel.set_json(f"rank/{self.rank}", row)
 
     def _save_topology(self) -> None:
@@ -508,7 +509,8 @@ class Observer:
         try:
             steps, colls = self.recorder.take_window() if self.recording else ([], [])  # type: ignore[assignment]
             vec = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
-                                       colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots)
+                                       colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots,
+                                       leaf=getattr(self, "_leaf", -1.0))
             self._windows_closed += 1
             if self.distributed:
                 import torch

@@ -38,6 +38,11 @@ def group_id(name: str) -> int:
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
+def leaf_id(name: str | None) -> float:
+    """The window field ``leaf`` for a leaf switch name (-1.0 when unknown): exact in a float64."""
+    return float(group_id(name)) if name else -1.0
+
+
 _STATM: list[Any] = [None, -1]  # [fd, pid]: /proc/self/statm kept open (re-read with pread each window)
 
 
@@ -128,12 +133,13 @@ def _stats_array(s: np.ndarray) -> list[float]:
 
 
 def local_vector(
-    *, rank: int, window: int, steps: Any, colls: Any, base_ns: int, slots: int,
+    *, rank: int, window: int, steps: Any, colls: Any, base_ns: int, slots: int, leaf: float = -1.0,
 ) -> np.ndarray:
     """This rank's row of the gather: its summary fields and its arrival block (aligned times).
 
     ``steps``: finalized step rows (n × 11 array, or a list of row tuples); ``colls``: collective
-    parts (``recorder.Colls`` / ``RoundsBlock``) or row tuples. Once per window."""
+    parts (``recorder.Colls`` / ``RoundsBlock``) or row tuples; ``leaf``: ``leaf_id()`` of this rank's
+    leaf switch (-1 unknown). Once per window."""
     vec = np.zeros(NF + 4 * slots, dtype=np.float64)
     block = vec[NF:].reshape(4, slots)
     block[1, :] = -1.0  # seq = -1 marks an empty slot
@@ -149,6 +155,7 @@ def local_vector(
     else:
         vals = _stats_array(np.asarray(steps, dtype=np.float64).reshape(-1, 11))
     vals[_F["rank"]], vals[_F["window"]] = rank, window
+    vals[_F["leaf"]] = leaf
     vals[_F["rss_bytes"]] = rss_bytes()
     total, tail, names = tail_parts(parts, slots)
     vals[_F["collectives"]] = total

@@ -164,6 +164,8 @@ class Controller:
         """Consume one window's summaries; return the state for the next window and new decisions."""
         fleet = fleet_view(summaries, self.world_size)
         out: list[Decision] = []
+        if self.leaves is None and "placement" in self.policies:
+            self.leaves = leaves_from_summaries(summaries, self.world_size)
         self._observe_transfer(fleet)
         if (
             fleet.window >= self.config.warmup_windows
@@ -540,7 +542,8 @@ class Controller:
                     "enable",
                     plan.edges_after,
                     f"ring crosses leaves {plan.edges_before} times; proposed order crosses "
-                    f"{plan.edges_after} times (applies at the next restart)",
+                    f"{plan.edges_after} times (applies at the next restart; `fabricpace place` writes "
+                    "the hostfile)",
                 )
         if not candidates:
             return
@@ -574,6 +577,17 @@ class Controller:
             if pol == "rebalance" and cand.shares is not None:
                 value = cand.shares[rank] * self.world_size
             self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
+
+
+def leaves_from_summaries(summaries: Sequence[WindowSummary], world_size: int) -> tuple[int, ...] | None:
+    """Leaf of every rank (numbered 0, 1, ... by first appearance in rank order) from the summaries'
+    ``leaf`` ids; None unless every rank reported one and there are at least two leaves."""
+    ids: dict[int, float] = {s.rank: s.leaf for s in summaries}
+    if len(ids) != world_size or any(ids.get(r, -1.0) < 0 for r in range(world_size)):
+        return None
+    number: dict[float, int] = {}
+    leaves = tuple(number.setdefault(ids[r], len(number)) for r in range(world_size))
+    return leaves if len(number) >= 2 else None
 
 
 def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:

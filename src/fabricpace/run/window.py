@@ -39,6 +39,9 @@ class WindowSummary:
     # Added by the observer (defaults keep older constructors working):
     arrivals_compared: float = 0.0  # collectives of this rank matched across ranks (≤ arrival slots)
     skew_mean_ns: float = 0.0  # per step: time waiting for the last peer to arrive (wait minus transfer)
+    # Id of the leaf switch above this rank's node (a stable hash of its name, -1 = unknown): ranks with
+    # equal ids share a leaf, which is all the placement policy needs to know.
+    leaf: float = -1.0
 
     def to_array(self) -> np.ndarray:
         return np.asarray(astuple(self), dtype=np.float64)
