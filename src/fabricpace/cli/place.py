@@ -4,8 +4,10 @@
     fabricpace place --cluster my.yaml --hosts hosts.txt --bytes 5G --out hosts.placed --format json
 
 The hosts file lists one host per line in today's rank order, MPI/DeepSpeed style:
-``HOST [slots=N] [node=K] [leaf=L]`` (``#`` starts a comment). A host's leaf is ``leaf=L`` when given,
-else the cluster's leaf of ``node=K``, else the leaf of the node at the host's line position. The
+``HOST [slots=N] [max_slots=M] [node=K] [leaf=L]`` (``#`` starts a comment). A host's leaf is ``leaf=L``
+when given, else the cluster's leaf of ``node=K``, else the leaf of the node at the host's line
+position — an order that is packed by construction, so without ``leaf=``/``node=`` the command can only
+say that it was told nothing to improve (and says so). The
 proposed order groups hosts by leaf (stable), which minimizes the ring edges that cross the spine;
 the expected cross-leaf traffic uses a ring all-reduce over the nodes (2(n-1)/n x S per edge).
 """
@@ -22,7 +24,8 @@ import typer
 from fabricpace._errors import InputError
 from fabricpace.cli._common import check_format, parse_size
 
-_FIELD = re.compile(r"^(slots|node|leaf)=(\d+)$")
+_FIELD = re.compile(r"^(slots|max_slots|node|leaf)=(\d+)$")
+_SYNTAX = "expected 'HOST [slots=N] [max_slots=M] [node=K] [leaf=L]'"
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,14 @@ class Host:
     node: int | None
     leaf: int | None
     line: int
+    max_slots: int | None = None
 
     def render(self) -> str:
-        return self.name + (f" slots={self.slots}" if self.slots is not None else "")
+        return (
+            self.name
+            + (f" slots={self.slots}" if self.slots is not None else "")
+            + (f" max_slots={self.max_slots}" if self.max_slots is not None else "")
+        )
 
 
 def parse_hosts(path: Path) -> list[Host]:
@@ -54,14 +62,14 @@ def parse_hosts(path: Path) -> list[Host]:
         for tok in rest:
             m = _FIELD.match(tok)
             if m is None:
-                raise InputError(
-                    f"{path}:{i}: cannot read {tok!r}; expected 'HOST [slots=N] [node=K] [leaf=L]'"
-                )
+                raise InputError(f"{path}:{i}: cannot read {tok!r}; {_SYNTAX}")
             vals[m.group(1)] = int(m.group(2))
         if name in seen:
             raise InputError(f"{path}:{i}: host {name!r} listed twice; list each host once (use slots=N)")
         seen.add(name)
-        hosts.append(Host(name, vals.get("slots"), vals.get("node"), vals.get("leaf"), i))
+        hosts.append(
+            Host(name, vals.get("slots"), vals.get("node"), vals.get("leaf"), i, vals.get("max_slots"))
+        )
     if not hosts:
         raise InputError(f"{path}: no hosts; write one host per line, e.g. 'node01 slots=8'")
     return hosts
@@ -121,6 +129,9 @@ def register(app: typer.Typer) -> None:
         items = parse_hosts(hosts)
         leaves = host_leaves(items, cl, hosts)
         plan = plan_placement(leaves, nbytes=size)
+        # Leaves taken from line positions describe the given order as packed: nothing to improve
+        # is then what the command was told, not what it found.
+        from_positions = all(h.leaf is None and h.node is None for h in items)
         ordered = [items[i] for i in plan.order]
         hostfile = "".join(h.render() + "\n" for h in ordered)
         if out is not None:
@@ -140,20 +151,27 @@ def register(app: typer.Typer) -> None:
                             "all_reduce_bytes": size,
                         },
                         "hostfile": str(out) if out is not None else None,
+                        "leaves_from": "line positions" if from_positions else "hosts file",
                     }
                 )
             )
             return
         from rich.console import Console
 
-        con = Console()
+        con = Console(soft_wrap=True, highlight=False)
         con.print(f"cluster {cl.name}: {len(items)} hosts on {len(set(leaves))} leaves")
+        if from_positions:
+            con.print(
+                f"{hosts}: no host says node=K or leaf=L, so host i is taken to be node i of the cluster "
+                "(a packed order); add leaf=L to each line (the leaf switch the host hangs under) to "
+                "compare against the real topology"
+            )
         con.print(
             f"ring edges crossing a leaf: {plan.edges_before} -> {plan.edges_after}; "
             f"cross-leaf traffic per all-reduce of {_human(size)}: "
             f"{_human(plan.bytes_before)} -> {_human(plan.bytes_after)}"
         )
-        if not plan.improves:
+        if not plan.improves and not from_positions:
             con.print("the current order is already optimal; keep it")
         con.print("proposed hostfile:" if out is None else f"proposed hostfile (written to {out}):")
         print(hostfile, end="")
