@@ -11,3 +11,66 @@ def test_unknown_command_is_usage_error(cli):
     r = cli("no-such-verb")
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
+
+
+def _one_line_usage_error(r, *needles):
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr  # no usage block, no rich box
+    assert lines[0].startswith("fabricpace: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+    assert r.stdout == ""
+
+
+def test_typo_in_an_option_is_one_line_naming_it_and_the_help(cli):
+    r = cli("collective", "--clster", "dgx-h100-ib")
+    _one_line_usage_error(r, "--clster", "--cluster", "fabricpace collective --help")
+
+
+def test_bad_option_value_is_one_line(cli):
+    r = cli("simulate", "--nodes", "abc")
+    _one_line_usage_error(r, "--nodes", "fabricpace simulate --help")
+
+
+def test_option_without_value_is_one_line(cli):
+    _one_line_usage_error(cli("collective", "--nodes"), "--nodes")
+
+
+def test_unknown_verb_is_one_line_with_a_suggestion(cli):
+    _one_line_usage_error(cli("studdy"), "studdy", "study")
+
+
+def test_missing_argument_of_a_subcommand_is_one_line(cli):
+    _one_line_usage_error(cli("export", "perfetto"), "Missing argument", "fabricpace export perfetto --help")
+
+
+def test_group_without_subcommand_prints_its_help(cli):
+    r = cli("lab")
+    assert r.returncode == 2
+    assert "up" in r.stdout and "down" in r.stdout
+    assert "Traceback" not in r.stderr
+
+
+def test_subcommand_help_exits_zero(cli):
+    r = cli("lab", "run", "--help")
+    assert r.returncode == 0
+    assert "--scenario" in r.stdout
+
+
+def test_run_passes_the_scripts_failure_through(cli, tmp_path):
+    # typer.Exit(code) of `fabricpace run` comes back as app()'s return value outside standalone mode.
+    import pytest
+
+    pytest.importorskip("torch")
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    r = cli("run", "--nproc", "1", "--", str(script))
+    assert r.returncode == 1  # torchrun reports a failed child as 1
+    assert "fabricpace: error" not in r.stderr
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('trained')\n")
+    r = cli("run", "--nproc", "1", "--", str(ok))
+    assert r.returncode == 0, r.stderr
+    assert "trained" in r.stdout

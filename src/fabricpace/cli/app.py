@@ -30,16 +30,55 @@ def _fail(code: int, message: str) -> None:
     raise SystemExit(code)
 
 
+def _click_exception() -> type[Exception]:
+    """click's ClickException, found through typer's public BadParameter.
+
+    typer >= 0.20 ships its own copy of click (``typer._click``) and older typer depends on click;
+    ``BadParameter`` derives from ``UsageError(ClickException)`` in both, so its MRO names the class
+    without importing a private module.
+    """
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == "ClickException":
+            return cls
+    return typer.BadParameter  # pragma: no cover - click has had ClickException since 2.0
+
+
+_ClickException = _click_exception()
+
+
+def _usage_message(exc: Exception) -> str:
+    """One line for a usage error: click's message plus where help is (no usage block, no box)."""
+    text = " ".join(str(getattr(exc, "format_message", lambda: exc)()).split())
+    path = getattr(getattr(exc, "ctx", None), "command_path", "")
+    if not path:  # click's parser raises some errors (an option without its value) without a context
+        return text
+    verb = path.removeprefix("fabricpace").strip()
+    return f"{verb + ': ' if verb else ''}{text.rstrip('.')}; see '{path} --help'"
+
+
 def main() -> None:
     """Run the CLI with fabricpace's exit-code contract."""
     try:
-        app()
+        # standalone_mode=False: click's usage errors come here instead of being printed as a
+        # multi-line box, so a typo'd option is one line like every other bad input (DESIGN.md).
+        code = app(standalone_mode=False, prog_name="fabricpace")
+    except _ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `fabricpace lab` alone: help was printed
+            raise SystemExit(getattr(exc, "exit_code", 2)) from None
+        _fail(int(getattr(exc, "exit_code", 2)), _usage_message(exc))
+    except typer.Abort:
+        _fail(1, "aborted")
     except InputError as exc:
         _fail(2, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except FabricpaceError as exc:
         _fail(1, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except KeyboardInterrupt:
         _fail(130, "interrupted")
+    else:
+        # Without standalone mode, typer.Exit(n) (`fabricpace run` passes torchrun's exit code) and
+        # --help come back as the return value.
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
 
 
 if __name__ == "__main__":
