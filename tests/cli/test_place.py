@@ -7,7 +7,7 @@ import json
 
 def test_hosts_without_leaf_or_node_say_what_was_assumed(cli, tmp_path):
     hosts = tmp_path / "hosts.txt"
-    hosts.write_text("# DeepSpeed style\ngpu-a01 slots=8\ngpu-b07 slots=8\ngpu-a02 slots=8\ngpu-b08 slots=8\n")
+    hosts.write_text("# DeepSpeed\ngpu-a01 slots=8\ngpu-b07 slots=8\ngpu-a02 slots=8\ngpu-b08 slots=8\n")
     r = cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts))
     assert r.returncode == 0, r.stderr
     assert "no host says node=K or leaf=L" in r.stdout

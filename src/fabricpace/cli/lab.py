@@ -93,6 +93,13 @@ def register(app: typer.Typer) -> None:
         check_format(fmt, ("table", "json"))
         fabric.require_lab()
         cfg = fabric.load(prefix)
+        if cfg.leaves < 2:  # the uplink joins two leaves: a one-leaf lab has none to measure
+            from fabricpace._errors import InputError
+
+            raise InputError(
+                f"lab {prefix!r} has 1 leaf, so no uplink to measure; bring it up with at least 2 "
+                f"(fabricpace lab up --nodes {max(cfg.nodes, 2)} --leaves 2)"
+            )
         m = traffic.measure_uplink(cfg, seconds=min(max(seconds, 0.5), 30.0))
         out = {"set_rate_bps": m.set_rate_bps, "goodput_bps": m.goodput_bps, "ratio": m.ratio,
                "bytes": m.bytes, "seconds": m.seconds}
