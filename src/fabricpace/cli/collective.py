@@ -20,6 +20,7 @@ from fabricpace._errors import InputError
 from fabricpace.cli._common import check_format, parse_int_list, parse_size_list
 
 _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "algbw_gbps", "busbw_gbps")
+_DEFAULT_NODES = (2, 4, 8, 16, 32)
 
 
 def _human(n: int) -> str:
@@ -38,7 +39,9 @@ def register(app: typer.Typer) -> None:
         op: str = typer.Option(
             "all_reduce", "--op", help="all_reduce|all_gather|reduce_scatter|all_to_all|broadcast"
         ),
-        nodes: str = typer.Option("2,4,8,16,32", "--nodes", help="node counts, comma-separated"),
+        nodes: str | None = typer.Option(
+            None, "--nodes", help="node counts, comma-separated (default 2,4,8,16,32 up to the cluster size)"
+        ),
         sizes: str = typer.Option("32M,128M,1G,8G", "--sizes", help="sizes as nccl-tests counts them"),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs used per node"),
         algorithm: str | None = typer.Option(
@@ -62,7 +65,16 @@ def register(app: typer.Typer) -> None:
 
         check_format(fmt, ("table", "json", "csv"))
         cl = load_cluster(cluster)
-        node_list = parse_int_list(nodes, option="--nodes")
+        if nodes is None:  # the default list, cut to what the cluster has (a 16-node file is valid)
+            node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
+        else:
+            node_list = parse_int_list(nodes, option="--nodes")
+            too_big = [n for n in node_list if n > cl.nodes]
+            if too_big:
+                raise InputError(
+                    f"--nodes {nodes}: cluster {cl.name!r} has {cl.nodes} nodes; ask for at most "
+                    f"{cl.nodes}, or use a cluster file with more (docs/cluster-files.md)"
+                )
         size_list = parse_size_list(sizes, option="--sizes")
         if not size_list:
             raise InputError(f"--sizes {sizes!r}: expected sizes such as 32M,1G")
