@@ -52,7 +52,7 @@ def resolve(name_or_path: str | Path, kind: str) -> tuple[Path, bool]:
     if "/" not in text and shipped_dir.is_dir():
         return shipped_dir, True
     looks_like_file = text.endswith((".yaml", ".yml")) or "/" in text
-    what = "file not found" if looks_like_file else f"unknown {kind[:-1]} preset"
+    what = "file not found" if looks_like_file else f"unknown {kind.removesuffix('s')} preset"
     raise ConfigError(
         f"{text}: {what}; use a YAML file or one of the presets: {', '.join(presets(kind)) or '(none)'}"
     )
