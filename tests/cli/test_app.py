@@ -74,3 +74,13 @@ def test_run_passes_the_scripts_failure_through(cli, tmp_path):
     r = cli("run", "--nproc", "1", "--", str(ok))
     assert r.returncode == 0, r.stderr
     assert "trained" in r.stdout
+
+
+def test_bad_window_or_warmup_is_named_as_the_option_and_writes_nothing(cli, tmp_path):
+    out = tmp_path / "run"
+    r = cli("simulate", "--scenario", "paper", "--warmup", "-5", "--steps", "30", "--out", str(out))
+    assert r.returncode == 2 and "--warmup -5" in r.stderr
+    assert not out.exists()  # was: the whole run simulated and written, then the summary refused
+    r = cli("study", "--scenario", "paper", "--window", "0", "--out", str(out))
+    assert r.returncode == 2 and "--window 0" in r.stderr
+    assert not out.exists()  # was: an empty study folder left behind

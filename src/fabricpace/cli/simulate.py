@@ -32,6 +32,14 @@ def _resolve_inputs(
     return cluster, workload, noise, sc
 
 
+def _check_counts(*, window: int, warmup: int | None) -> None:
+    """Option values the library would refuse with its own parameter names, named as options here."""
+    if window < 1:
+        raise InputError(f"--window {window}: must be at least 1 (steps per pacing window)")
+    if warmup is not None and warmup < 0:
+        raise InputError(f"--warmup {warmup}: must be 0 or more (steps left out of the measurement)")
+
+
 def _stderr_progress(total: int, label: str, enabled: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -108,6 +116,7 @@ def register(app: typer.Typer) -> None:
         check_format(fmt, ("table", "json"))
         if pacing not in ("off", "auto"):
             raise InputError(f"--pacing {pacing!r}: choose off or auto")
+        _check_counts(window=window, warmup=warmup)
         cluster, workload, noise, _ = _resolve_inputs(scenario, cluster, workload, noise)
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
@@ -184,6 +193,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Scaling study: throughput and CV against node count, optionally baseline vs paced (Table 1)."""
         check_format(fmt, ("table", "json"))
+        _check_counts(window=window, warmup=warmup)
         from fabricpace.study.runner import BACKENDS, StudyPlan, check_plan, run_study
 
         if backend not in BACKENDS:
