@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fabricpace.observe.align import exchange, offset_from_rounds
+from fabricpace.observe.align import ClockSync, clock_domain, exchange, offset_from_rounds
 from fabricpace.observe.sidechannel import SideChannel
 
 
@@ -57,3 +57,107 @@ def test_exchange_times_out_when_peer_is_gone():
     ch = SideChannel(None, "x", 0.1)
     with pytest.raises(TimeoutError):
         exchange(ch, rank=1, world=2, now=time.perf_counter_ns, rounds=2, epoch=0)
+
+
+def _store_pair(torch, world):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master = torch.distributed.TCPStore("127.0.0.1", port, world, True, wait_for_workers=False)
+    return [master] + [torch.distributed.TCPStore("127.0.0.1", port, world, False) for _ in range(world - 1)]
+
+
+def _run_ranks(stores, fn):
+    results, errors = {}, []
+
+    def body(rank):
+        try:
+            results[rank] = fn(rank, stores[rank])
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results
+
+
+class _Ticks:
+    """A virtual clock that advances one microsecond per Store operation of any rank: an interval's
+    width counts the operations that happened inside it, whatever this machine's speed."""
+
+    def __init__(self):
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def tick(self):
+        with self.lock:
+            self.n += 1
+
+    def now(self):
+        with self.lock:
+            return self.n * 1000
+
+
+class _CountingChannel(SideChannel):
+    def __init__(self, store, ticks):
+        super().__init__(store, "c", 20.0)
+        self.ticks = ticks
+
+    def set(self, key, value):
+        self.ticks.tick()
+        super().set(key, value)
+
+    def get(self, key, timeout_s=None):
+        self.ticks.tick()
+        out = super().get(key, timeout_s)
+        self.ticks.tick()
+        return out
+
+    def wait(self, key, timeout_s=None):
+        self.ticks.tick()
+        super().wait(key, timeout_s)
+        self.ticks.tick()
+
+
+def test_interval_width_does_not_grow_with_the_number_of_ranks():
+    # Before the `go` key every rank posted its request at once and rank 0 answered in turn: the
+    # last of 12 ranks waited for ~22 other operations and its midpoint was biased by as much (old
+    # protocol, 8 ranks, 5 runs: widest err 8.5-13.5 ticks, offsets biased by up to -9; now 3.5-4.5).
+    torch = pytest.importorskip("torch")
+    world, ticks = 12, _Ticks()
+    stores = _store_pair(torch, world)
+    res = _run_ranks(stores, lambda r, st: exchange(_CountingChannel(st, ticks), rank=r, world=world,
+                                                     now=ticks.now, rounds=4, epoch=0))
+    for r in range(1, world):
+        assert abs(res[r].offset_ns) <= res[r].err_ns  # all share one (virtual) clock: θ = 0
+        assert res[r].err_ns <= 6_000, (r, res[r])  # a few operations, not ~2 per other rank
+
+
+def test_ranks_sharing_a_clock_adopt_their_leaders_estimate():
+    torch = pytest.importorskip("torch")
+    shift = 37_000_000
+    domains = ["host-a", "host-a", "host-b", "host-b"]
+    nows = [time.perf_counter_ns, time.perf_counter_ns] + [lambda: time.perf_counter_ns() + shift] * 2
+    stores = _store_pair(torch, 4)
+
+    def run(rank, store):
+        sync = ClockSync(SideChannel(store, "d", 20.0), rank=rank, world=4, now=nows[rank], rounds=6,
+                         domain=domains[rank])
+        return [sync.exchange(0), sync.exchange(1)]  # the second epoch reuses the plan
+
+    res = _run_ranks(stores, run)
+    for epoch in (0, 1):
+        assert res[1][epoch].offset_ns == 0 and res[1][epoch].err_ns == 0  # rank 0's own clock
+        assert res[3][epoch] == res[2][epoch]  # follows its node's leader
+        assert abs(res[2][epoch].offset_ns - shift) <= res[2][epoch].err_ns
+
+
+def test_clock_domain_is_this_kernel_and_a_test_shift_makes_another():
+    dom = clock_domain()
+    if dom is None:
+        pytest.skip("no /proc/sys/kernel/random/boot_id on this system")
+    assert clock_domain() == dom and clock_domain(5) != dom

@@ -207,8 +207,10 @@ class Observer:
             self.t0 = int(info["t0"])  # rank 0's clock; aligned time = local - offset - t0
         self.base_ns = self.t0
         if self.distributed:
-            self.clock_estimate = align.exchange(self.channel, rank=self.rank, world=self.world,
-                                                 now=self.clock.now, rounds=cfg.clock_rounds, epoch=0)
+            self._clock_sync = align.ClockSync(self.channel, rank=self.rank, world=self.world,
+                                               now=self.clock.now, rounds=cfg.clock_rounds,
+                                               domain=align.clock_domain(self.clock.shift_ns))
+            self.clock_estimate = self._clock_sync.exchange(0)
             self.base_ns = self.t0 + self.clock_estimate.offset_ns
         timeline: Any = CpuTimeline(self.clock)
         if event_source is not None or startup.on_cuda(model):
@@ -585,8 +587,7 @@ class Observer:
             if not self.guard.ok("clock"):
                 continue
             try:
-                est = align.exchange(self.channel, rank=self.rank, world=self.world, now=self.clock.now,
-                                     rounds=self.config.clock_rounds, epoch=epoch)
+                est = self._clock_sync.exchange(epoch)
             except Exception as exc:
                 self.guard.fail("clock", exc)
                 continue
