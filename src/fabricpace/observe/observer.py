@@ -348,10 +348,13 @@ class Observer:
             self.guard.fail("locality", exc)
 
     def _collect_ranks(self, prefix: str, timeout_s: float) -> list[dict[str, Any]]:
+        """Every rank's row, waiting at most ``timeout_s`` in all: with a per-key timeout, 100 ranks
+        that never reported would hold rank 0 for 100 timeouts."""
         rows = []
+        deadline = time.monotonic() + timeout_s
         for r in range(self.world):
             try:
-                rows.append(self.channel.get_json(f"{prefix}/{r}", timeout_s))
+                rows.append(self.channel.get_json(f"{prefix}/{r}", max(0.01, deadline - time.monotonic())))
             except Exception:  # a rank that never reported keeps a row of nulls
                 rows.append({"rank": r})
         return rows
