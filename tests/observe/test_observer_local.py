@@ -185,3 +185,19 @@ def test_rank_rows_are_collected_within_one_timeout_in_all():
     took = time.monotonic() - t0
     assert rows[0]["host"] == "h" and rows[1:] == [{"rank": r} for r in range(1, 20)]
     assert took < 0.3 * 19 / 2
+
+
+def test_window_summaries_reach_windows_parquet_in_parts_with_bounded_history(tmp_path):
+    # 80 one-step windows: more than the in-memory history (64) and two parts of 32 windows before
+    # the close; windows.parquet must still hold every window, and the parts must be gone.
+    import polars as pl
+
+    with observe(None, tmp_path / "run", window=1, config=CFG) as obs:
+        for _ in range(80):
+            with obs.step(samples=8):
+                pass
+    w = pl.read_parquet(obs.run_dir / "windows.parquet")
+    assert w["window"].to_list() == list(range(80)) and w["rank"].to_list() == [0] * 80
+    assert w.schema["steps"] == pl.Int64 and w.schema["step_mean_ns"] == pl.Float64
+    assert not (obs.run_dir / "windows").exists()
+    assert len(obs.window_history) == 64

@@ -21,6 +21,7 @@ import pyarrow as pa
 from fabricpace.observe._guard import Guard
 from fabricpace.observe.recorder import merge_parts
 from fabricpace.run.schema import TABLES
+from fabricpace.run.window import WINDOW_FIELDS
 from fabricpace.run.writer import write_table_atomic
 
 
@@ -106,13 +107,28 @@ def ops_table(rank: int, rows: list[tuple[Any, ...]], base_ns: int) -> pa.Table:
     )
 
 
+def windows_table(rank: int, rows: list[np.ndarray], base_ns: int) -> pa.Table:
+    """Window summaries part (rank 0): a list of (world × len(WINDOW_FIELDS)) float64 matrices."""
+    a = np.concatenate(rows, axis=0) if rows else np.zeros((0, len(WINDOW_FIELDS)))
+    cols = {
+        name: pa.array(a[:, i].astype(np.int64) if name in _WINDOW_INTS else a[:, i])
+        for i, name in enumerate(WINDOW_FIELDS)
+    }
+    return pa.table(cols)
+
+
+_WINDOW_INTS = ("rank", "window", "first_step", "steps")
+
+
 def _nrows(rows: Any) -> int:
     if isinstance(rows, list) and rows and not isinstance(rows[0], tuple):
         return sum(len(p) for p in rows)  # recorder parts
     return len(rows)
 
 
-_BUILDERS = {"steps": steps_table, "collectives": collectives_table, "ops": ops_table}
+_BUILDERS = {
+    "steps": steps_table, "collectives": collectives_table, "ops": ops_table, "windows": windows_table,
+}
 
 
 class ChunkSink:

@@ -33,11 +33,10 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
 
 from fabricpace.observe import align, chunks, locality, startup, windows
 from fabricpace.observe._guard import LOG, Guard
@@ -46,9 +45,12 @@ from fabricpace.observe.config import ObserverConfig
 from fabricpace.observe.pacer import SafePacer, load_pacer
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.sidechannel import SideChannel, default_store
+from fabricpace.observe.window_log import WindowLog
 from fabricpace.run.manifest import Manifest, write_manifest
 from fabricpace.run.window import WindowSummary
 from fabricpace.run.writer import write_table_atomic
+
+_HISTORY_WINDOWS = 64
 
 RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
 _SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
@@ -129,7 +131,9 @@ class Observer:
         self.closed = False
         self.step_index = -1
         self.summaries: list[WindowSummary] = []  # the last window's summaries (all ranks)
-        self.window_history: list[list[WindowSummary]] = []
+        # The latest windows (all ranks' summaries), for introspection; rank 0's WindowLog keeps them all.
+        self.window_history: deque[list[WindowSummary]] = deque(maxlen=_HISTORY_WINDOWS)
+        self._window_log: WindowLog | None = None
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
         self._data_ns = 0
@@ -219,6 +223,8 @@ class Observer:
             timeline = EventTimeline(self.clock, event_source or CudaEventSource())
         self.recorder = Recorder(timeline)
         self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
+        if self.rank == 0:
+            self._window_log = WindowLog(self.sink)
         self._publish_rank()
         self._save_topology()
         if self.rank == 0:
@@ -556,6 +562,8 @@ class Observer:
         cfg = self.config
         self.summaries = summaries
         self.window_history.append(summaries)
+        if self._window_log is not None:
+            self._window_log.add(summaries)
         self._window_index += 1
         self.pacer.on_window(self.step_index, summaries)
         if self._lazy_hook:
@@ -647,9 +655,8 @@ class Observer:
         if not self.sink.enabled or not hasattr(self, "_manifest"):
             return
         try:
-            if self.window_history:
-                rows = [dict(vars(s)) for w in self.window_history for s in w]
-                write_table_atomic(self.run_dir / "windows.parquet", pa.Table.from_pylist(rows))
+            if self._window_log is not None:
+                self._window_log.finish(self.run_dir)
         except Exception as exc:
             self.guard.fail("writing", exc)
         self._manifest.complete = not unclosed
