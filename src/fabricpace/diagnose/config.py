@@ -18,6 +18,10 @@ class DiagnoseConfig:
     warmup_steps: int | None = None  # None: min(20, max(1, steps // 10))
     min_rank_coverage: float = 0.5  # a step is used only when at least this share of ranks recorded it
 
+    # Reading: the collectives table (one row per rank, collective and step) is streamed in chunks of
+    # whole steps of about this many rows (~0.2 GB of memory per million rows, peak).
+    chunk_rows: int = 4_000_000
+
     # synchronization amplification: time the median rank waits for each step's slowest rank.
     sync_min_share: float = 0.05
 

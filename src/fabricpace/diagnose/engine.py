@@ -24,7 +24,8 @@ from fabricpace.diagnose.culprits import scan
 from fabricpace.diagnose.findings import Abstention, Diagnosis, Finding, RunSummary
 from fabricpace.diagnose.metrics import RunMetrics, build_metrics
 from fabricpace.diagnose.stats import nanmedian
-from fabricpace.run.reader import load_run
+from fabricpace.run.reader import StepChunks, load_run
+from fabricpace.run.schema import COLLECTIVE_COLUMNS, TABLES
 
 _ARRIVAL_MODES = ("sync_amplification", "persistent_straggler")
 
@@ -161,17 +162,38 @@ def diagnose_metrics(
     return findings, abstained, summary
 
 
+def _metrics(
+    path: Path, cfg: DiagnoseConfig, chunk_progress: Callable[[str, int, int], None] | None
+) -> RunMetrics:
+    """One run's metrics: the small tables loaded whole, the collectives streamed."""
+    run = load_run(path, tables=[t for t in TABLES if t != "collectives"])
+    chunks = StepChunks(path, "collectives", columns=COLLECTIVE_COLUMNS, categorical=True)
+    name = str(path)
+
+    def tick(done: int, total: int) -> None:
+        if chunk_progress:
+            chunk_progress(name, done, total)
+
+    m = build_metrics(run, cfg, collectives=chunks, progress=tick)
+    run.warnings.extend(chunks.warnings)
+    return m
+
+
 def diagnose(
     run_dirs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     *,
     cluster: Any = None,
     config: DiagnoseConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    chunk_progress: Callable[[str, int, int], None] | None = None,
 ) -> Diagnosis:
     """Diagnose one or more run directories (several sizes of one workload add a scaling analysis).
 
     ``cluster``: a ``fabricpace.fabric.Cluster``, a preset name or a cluster file; transfer times are
     then judged against the fabric model instead of the run's own quiet baseline.
+    ``progress(run)`` before each run; ``chunk_progress(run, done, total)`` after each chunk of its
+    collectives table, which is streamed (``config.chunk_rows`` rows at a time) so that memory stays
+    bounded whatever the size of the run.
     """
     if isinstance(run_dirs, str | os.PathLike):
         run_dirs = [run_dirs]
@@ -187,7 +209,7 @@ def diagnose(
     for p in paths:
         if progress:
             progress(str(p))
-        m = build_metrics(load_run(p), cfg)
+        m = _metrics(p, cfg, chunk_progress)
         f, a, s = diagnose_metrics(m, cfg, cl)
         findings += f
         abstained += a

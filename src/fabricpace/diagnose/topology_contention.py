@@ -46,7 +46,11 @@ def _f(value: Any, default: float = 0.0) -> float:
 
 def _groups(m: RunMetrics) -> pl.DataFrame:
     """group -> size, nodes spanned, leaves spanned, ranks per node, member ranks."""
-    members = m.run.collectives.select(pl.col("group").fill_null("world"), "rank").unique()
+    members = (
+        m.members
+        if m.members is not None
+        else m.run.collectives.select(pl.col("group").fill_null("world"), "rank").unique()
+    )
     info = m.rank_info.select("rank", "node", "leaf").unique(subset=["rank"]) if m.rank_info.height else None
     if info is not None:
         members = members.join(info, on="rank", how="left")

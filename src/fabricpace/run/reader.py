@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -106,3 +107,195 @@ def load_run(
         if (tables is None or name in tables) and frames[name].height == 0:
             warnings.append(f"{path}: no {name} rows")
     return RunData(path=path, manifest=manifest, warnings=warnings, **frames)
+
+
+def _held(frame: pl.DataFrame, keys: list[str], after: int) -> pl.Series | None:
+    """Rows of the instances (``keys``) that have a row with ``step > after``; None when none do.
+
+    The instances with a late row are few (one step's worth); their rows are found with a cheap
+    integer pre-filter on the last key, then matched exactly on all keys (several times faster than a
+    window or a join over the whole chunk)."""
+    tail = frame.filter(pl.col("step") > after).select(keys).unique()
+    if tail.height == 0:
+        return None
+    last = keys[-1]
+    cand = frame.select(pl.col(last).is_in(tail[last].unique().to_list()))[last]
+    hit = (
+        frame.with_row_index("_row")
+        .filter(cand)
+        .join(tail, on=keys, how="semi", nulls_equal=True)["_row"]
+        .to_numpy()
+    )
+    mask = np.zeros(frame.height, dtype=bool)
+    mask[hit] = True
+    return pl.Series("held", mask)
+
+
+_UNREADABLE = (OSError, pl.exceptions.PolarsError, pa.ArrowInvalid)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Piece:
+    """One Parquet row group of a chunked table and the steps it holds (from its statistics)."""
+
+    file: Path
+    row_group: int
+    rows: int
+    first: int
+    last: int
+
+
+def _step_bounds(pf: pq.ParquetFile, rg: int, col: int) -> tuple[int, int] | None:
+    """(min, max) step of a row group: its statistics, else its step column read (8 bytes a row)."""
+    stats = pf.metadata.row_group(rg).column(col).statistics
+    if stats is not None and stats.has_min_max and stats.null_count == 0:
+        return int(stats.min), int(stats.max)
+    steps = pf.read_row_group(rg, columns=["step"]).column("step").drop_null()
+    if len(steps) == 0:
+        return None
+    import pyarrow.compute as pc
+
+    mm = pc.min_max(steps)
+    return int(mm["min"].as_py()), int(mm["max"].as_py())
+
+
+class StepChunks:
+    """A chunked table (``collectives``, ``steps``, ``ops``) read a few steps at a time.
+
+    The Parquet footers are read once: every row group's step range comes from its statistics, so
+    reading the steps ``lo..hi`` opens only the files and row groups that hold them (a row group that
+    straddles two chunks is read by both). Rows without a step are never returned. Memory is bounded by
+    the rows of one chunk, whatever the size of the run::
+
+        table = StepChunks(run_dir)                  # collectives
+        for lo, hi, frame in table.chunks(rows_per_chunk=5_000_000, whole=("group", "seq")):
+            ...
+
+    ``whole``: key columns of an *instance* whose rows may carry different steps on different ranks
+    (a collective that one rank counts in step 7 and another in step 8): an instance with a row in the
+    last ``carry_steps`` steps of a chunk is held back and handed out with the next chunk, so a chunk
+    boundary does not split it (when one spans more steps than that, the caller sees the same key in
+    two chunks and can retry with a larger ``carry_steps``).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        table: str = "collectives",
+        *,
+        columns: Collection[str] | None = None,
+        categorical: bool = False,
+    ) -> None:
+        if table not in TABLES or not TABLES[table][1] or "step" not in TABLES[table][0].names:
+            raise ValueError(f"StepChunks: {table!r} is not a chunked table with a step column")
+        self.path = Path(run_dir)
+        self.table = table
+        self.columns = list(columns) if columns is not None else None
+        self.categorical = categorical
+        self.warnings: list[str] = []
+        self.pieces: list[_Piece] = []
+        self._names: dict[Path, tuple[str, ...]] = {}
+        folder = self.path / table
+        files = sorted(folder.glob("*/part-*.parquet")) if folder.is_dir() else []
+        for f in files:
+            try:
+                pf = pq.ParquetFile(f)
+                paths = [pf.metadata.schema.column(i).path for i in range(pf.metadata.num_columns)]
+                self._names[f] = tuple(pf.schema_arrow.names)
+                col = paths.index("step") if "step" in paths else -1
+                if col < 0:
+                    self.warnings.append(f"{f}: no step column; chunk skipped")
+                    continue
+                for rg in range(pf.metadata.num_row_groups):
+                    n = pf.metadata.row_group(rg).num_rows
+                    bounds = _step_bounds(pf, rg, col) if n else None
+                    if bounds is not None:
+                        lo, hi = bounds
+                        self.pieces.append(_Piece(file=f, row_group=rg, rows=n, first=lo, last=hi))
+            except (OSError, pa.ArrowInvalid) as exc:
+                self.warnings.append(f"{f}: unreadable chunk skipped ({exc})")
+
+    @property
+    def rows(self) -> int:
+        """Rows in the table (those of row groups without any step included)."""
+        return sum(p.rows for p in self.pieces)
+
+    @property
+    def step_span(self) -> tuple[int, int] | None:
+        """(first, last) step present, or None for an empty table."""
+        if not self.pieces:
+            return None
+        return min(p.first for p in self.pieces), max(p.last for p in self.pieces)
+
+    def step_ranges(self, rows_per_chunk: int) -> list[tuple[int, int]]:
+        """Consecutive (lo, hi) step ranges of about ``rows_per_chunk`` rows each (rows assumed even
+        over the step span), covering every step."""
+        span = self.step_span
+        if span is None:
+            return []
+        first, last = span
+        n_steps = last - first + 1
+        per_step = max(self.rows / n_steps, 1.0)
+        width = max(1, int(rows_per_chunk // per_step))
+        return [(lo, min(lo + width - 1, last)) for lo in range(first, last + 1, width)]
+
+    def read(self, lo: int, hi: int) -> pl.DataFrame:
+        """Rows with ``lo <= step <= hi``, in file order (the order ``load_run`` gives).
+
+        Read by polars' own Parquet reader, which skips row groups by their step statistics and
+        decodes straight into polars memory (a third of the peak of decoding through Arrow first)."""
+        files = list(dict.fromkeys(p.file for p in self.pieces if p.first <= hi and p.last >= lo))
+        in_range = pl.col("step").is_between(lo, hi)
+        frames: list[pl.DataFrame] = []
+        # Files with the same columns are scanned together (one query, not thousands of small ones).
+        start = 0
+        while start < len(files):
+            end = start + 1
+            while end < len(files) and self._names[files[end]] == self._names[files[start]]:
+                end += 1
+            batch = files[start:end]
+            start = end
+            try:
+                frames.append(self._scan(batch, in_range))
+            except _UNREADABLE:  # find the unreadable file(s) one by one
+                for f in batch:
+                    try:
+                        frames.append(self._scan([f], in_range))
+                    except _UNREADABLE as exc:
+                        self.warnings.append(f"{f}: unreadable chunk skipped ({exc})")
+        frames = [f for f in frames if f.height]
+        if not frames:
+            empty = _empty(self.table)
+            return empty.select(self.columns) if self.columns is not None else empty
+        out = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+        if not self.categorical:  # plain strings, as load_run gives them
+            out = out.with_columns(pl.col(pl.Categorical).cast(pl.String))
+        return out
+
+    def _scan(self, files: list[Path], in_range: pl.Expr) -> pl.DataFrame:
+        names = self._names[files[0]]
+        # Columns a file lacks are simply not read (the caller sees them missing or null).
+        cols = [c for c in self.columns if c in names] if self.columns is not None else list(names)
+        return pl.scan_parquet([str(f) for f in files]).filter(in_range).select(cols).collect()
+
+    def chunks(
+        self,
+        rows_per_chunk: int,
+        *,
+        whole: Sequence[str] | None = None,
+        carry_steps: int = 1,
+    ) -> Iterator[tuple[int, int, pl.DataFrame]]:
+        """(lo, hi, rows) per step range; with ``whole``, instances are kept in one piece (see class)."""
+        ranges = self.step_ranges(rows_per_chunk)
+        held: pl.DataFrame | None = None
+        for i, (lo, hi) in enumerate(ranges):
+            frame = self.read(lo, hi)
+            if held is not None and held.height:
+                frame = pl.concat([held, frame], how="diagonal_relaxed")
+            held = None
+            if whole and i + 1 < len(ranges) and frame.height:
+                mask = _held(frame, list(whole), hi - carry_steps)
+                if mask is not None:
+                    held = frame.filter(mask)
+                    frame = frame.filter(~mask)
+            yield lo, hi, frame

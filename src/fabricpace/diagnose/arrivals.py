@@ -1,0 +1,282 @@
+"""Arrival, wait and transfer per collective instance, streamed over the collectives table.
+
+The collectives table has one row per rank, collective and step: ~200 DDP buckets per step make it the
+largest thing a run holds (512 ranks × 300 steps is 31 M rows; 2,048 ranks × 1,000 steps 400 M). It is
+read a few million rows at a time (``StepChunks``; instances are never split across chunks), and every
+chunk is reduced at once to
+
+* its per-instance aggregates (one row per ``(group, seq)``: kept, the instance table is small);
+* the per-row lateness and wait, folded straight into dense [rank, step] matrices (max and sum);
+* the (group, rank) pairs seen (group membership, for ``topology_contention``).
+
+No per-row frame of the whole run is ever built, so memory is bounded by one chunk plus the matrices.
+What depends on the previous instance of a group (a bucket's transfer starts after the one before it)
+is computed on the whole instance table at the end, exactly as before streaming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from fabricpace.run.reader import StepChunks
+
+# Point-to-point transfers (pipeline sends/receives) wait on the pipeline schedule, not on a slow peer:
+# they are kept for transfer/contention but left out of arrival skew.
+_P2P = r"(?i)(send|recv|p2p|pp[-_ ]?comm|isend|irecv)"
+KEYS = ["group", "seq"]
+
+
+def index_of(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Position of each value in the sorted unique ``ids`` (-1 when absent), via a lookup table: O(n)."""
+    out = np.full(values.size, -1, dtype=np.int64)
+    if ids.size == 0 or values.size == 0:
+        return out
+    lo, hi = int(ids[0]), int(ids[-1])
+    if hi - lo > 50_000_000:  # sparse ids: fall back to binary search
+        pos = np.clip(np.searchsorted(ids, values), 0, ids.size - 1)
+        return np.where(ids[pos] == values, pos, -1)
+    lut = np.full(hi - lo + 1, -1, dtype=np.int64)
+    lut[ids - lo] = np.arange(ids.size)
+    inside = (values >= lo) & (values <= hi)
+    out[inside] = lut[values[inside] - lo]
+    return out
+
+
+class _Grid:
+    """[rank, step] accumulators: lateness (max) and wait (sum) of the same rows. The step axis is
+    fixed; a rank first seen in a chunk adds a row (rare: ranks normally all appear in the steps)."""
+
+    def __init__(self, ranks: np.ndarray, steps: np.ndarray) -> None:
+        self.ranks = ranks
+        self.steps = steps
+        self.late = np.full((ranks.size, steps.size), -np.inf)
+        self.wait = np.zeros((ranks.size, steps.size))
+
+    def add_ranks(self, ranks: np.ndarray) -> None:
+        new = np.setdiff1d(ranks, self.ranks)
+        if new.size == 0:
+            return
+        merged = np.union1d(self.ranks, new)
+        old_pos = np.searchsorted(merged, self.ranks)
+        late = np.full((merged.size, self.steps.size), -np.inf)
+        wait = np.zeros((merged.size, self.steps.size))
+        late[old_pos], wait[old_pos] = self.late, self.wait
+        self.ranks, self.late, self.wait = merged, late, wait
+
+    def fold(self, rank: np.ndarray, step: np.ndarray, late: np.ndarray, wait: np.ndarray) -> None:
+        ri = index_of(rank, self.ranks)
+        si = index_of(step, self.steps)
+        ok = (ri >= 0) & (si >= 0)
+        flat = ri[ok] * self.steps.size + si[ok]
+        # Unbuffered in place: far cheaper than a group-by over millions of (rank, step) cells. Sums of
+        # integer nanoseconds are exact in float64, so the order of the rows does not matter.
+        np.maximum.at(self.late.reshape(-1), flat, late[ok])
+        np.add.at(self.wait.reshape(-1), flat, wait[ok])
+
+
+@dataclass(kw_only=True)
+class Arrivals:
+    """What the detectors need from the collectives table."""
+
+    ranks: np.ndarray  # every rank seen in the collectives, sorted
+    rows: int  # usable rows (step, t_enter_ns and t_exit_ns known)
+    instances: pl.DataFrame | None  # one row per instance (None without usable rows)
+    late: np.ndarray | None  # [ranks, steps] lateness, max per cell (NaN where no arrival row)
+    wait: np.ndarray | None  # [ranks, steps] wait, summed per cell (NaN where no arrival row)
+    members: pl.DataFrame  # (group, rank) pairs seen
+    chunks: int  # chunks read (1 for an in-memory table)
+
+
+def _chunk(c: pl.DataFrame, aligned: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-instance aggregates, per-row rank/step/late/wait of arrival instances) of whole instances."""
+    c = c.with_columns(pl.col("group").fill_null("world"))
+    if not aligned:
+        c = c.with_columns(
+            (pl.col("t_exit_ns") - pl.col("t_enter_ns")).clip(lower_bound=0).alias("inside_ns")
+        )
+    common = [
+        pl.col("step").min().alias("step"),
+        pl.col("op").first().alias("op"),
+        pl.col("bytes").max().alias("bytes"),
+        pl.len().alias("n"),
+        pl.col("t_exit_ns").min().alias("min_exit"),
+    ]
+    if aligned:
+        per_basis = [
+            pl.col("t_enter_ns").max().alias("last_enter"),
+            pl.col("t_enter_ns").median().alias("median_enter"),
+            pl.col("t_enter_ns").top_k(2).min().alias("second_enter"),
+            pl.col("rank").get(pl.col("t_enter_ns").arg_max()).alias("last_rank"),
+        ]
+        back = ["last_enter", "median_enter"]
+    else:
+        per_basis = [
+            pl.col("inside_ns").min().alias("min_inside"),
+            pl.col("inside_ns").median().alias("median_inside"),
+            pl.col("inside_ns").bottom_k(2).max().alias("second_inside"),
+            pl.col("rank").get(pl.col("inside_ns").arg_min()).alias("last_rank"),
+        ]
+        back = ["min_inside", "median_inside"]
+    inst = c.group_by(KEYS).agg(*common, *per_basis)
+    inst = inst.with_columns(pl.col("op").cast(pl.String)).with_columns(
+        pl.col("op").fill_null("").str.contains(_P2P).alias("p2p")
+    )
+    # The op name is matched once per instance, not once per row; the group stays categorical for
+    # the join back to the rows and becomes a plain string in the (small) instance table.
+    arrival = inst.filter((pl.col("n") >= 2) & ~pl.col("p2p")).select([*KEYS, *back])
+    value = "t_enter_ns" if aligned else "inside_ns"
+    if aligned:
+        wait = pl.col("last_enter") - pl.col("t_enter_ns")
+        late = pl.col("t_enter_ns") - pl.col("median_enter")
+    else:
+        wait = pl.col("inside_ns") - pl.col("min_inside")
+        late = pl.col("median_inside") - pl.col("inside_ns")
+    # Only the columns needed travel through the join (memory is what bounds the chunk size).
+    q = (
+        c.lazy()
+        .select("rank", "step", *KEYS, value)
+        .join(arrival.lazy(), on=KEYS, how="inner")
+        .select("rank", "step", wait.alias("wait_ns"), late.alias("late_ns"))
+    )
+    cells = c["rank"].n_unique() * c["step"].n_unique()  # at most this many (rank, step) cells
+    if c.height >= 8 * cells:
+        # Many collectives per rank and step (DDP buckets): fold them per cell here, in parallel.
+        q = q.group_by("rank", "step").agg(pl.col("wait_ns").sum(), pl.col("late_ns").max())
+    arr = q.collect()
+    inst = inst.with_columns(pl.col("group").cast(pl.String))
+    return inst, arr
+
+
+def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
+    """Transfer, skew and margin per instance, on the whole instance table."""
+    inst = inst.sort(KEYS)
+    if aligned:
+        # A group's collectives run one after another (one stream / one gloo queue): an instance's
+        # network time starts when all ranks arrived *and* the previous instance of the group finished,
+        # so queueing behind earlier buckets is not counted as this bucket's transfer.
+        inst = inst.with_columns(pl.col("min_exit").shift(1).over("group").alias("prev_exit"))
+        return inst.with_columns(
+            (pl.col("min_exit") - pl.max_horizontal("last_enter", pl.col("prev_exit").fill_null(0)))
+            .clip(lower_bound=0)
+            .alias("transfer_ns"),
+            (pl.col("last_enter") - pl.col("median_enter")).alias("skew_ns"),
+            (pl.col("last_enter") - pl.col("second_enter")).alias("margin_ns"),
+        ).drop("prev_exit")
+    return inst.with_columns(
+        pl.col("min_inside").alias("transfer_ns"),
+        (pl.col("median_inside") - pl.col("min_inside")).alias("skew_ns"),
+        (pl.col("second_inside") - pl.col("min_inside")).alias("margin_ns"),
+    )
+
+
+def _pass(
+    frames: Iterable[pl.DataFrame], aligned: bool, ranks: np.ndarray, steps: np.ndarray
+) -> tuple[_Grid, list[pl.DataFrame], list[pl.DataFrame], int]:
+    grid = _Grid(ranks, steps)
+    insts: list[pl.DataFrame] = []
+    members: list[pl.DataFrame] = []
+    rows = 0
+    for frame in frames:
+        if frame.height == 0:
+            continue
+        grid.add_ranks(np.sort(frame["rank"].drop_nulls().unique().to_numpy().astype(np.int64)))
+        pairs = frame.select(pl.col("group").fill_null("world"), "rank").unique()
+        members.append(pairs.with_columns(pl.col("group").cast(pl.String)))
+        usable = ("t_enter_ns", "t_exit_ns", "step")
+        c = frame
+        if any(frame[col].null_count() for col in usable):
+            c = frame.filter(pl.all_horizontal(pl.col(col).is_not_null() for col in usable))
+        if c.height == 0:
+            continue
+        rows += c.height
+        inst, arr = _chunk(c, aligned)
+        insts.append(inst)
+        grid.fold(
+            arr["rank"].to_numpy().astype(np.int64),
+            arr["step"].to_numpy().astype(np.int64),
+            arr["late_ns"].cast(pl.Float64).to_numpy(),
+            arr["wait_ns"].cast(pl.Float64).to_numpy(),
+        )
+    return grid, insts, members, rows
+
+
+def _split_span(inst: pl.DataFrame) -> int:
+    """Steps spanned by instances that came out of two chunks (0 when none did)."""
+    dup = inst.filter(pl.struct(KEYS).is_duplicated())
+    if dup.height == 0:
+        return 0
+    span = dup.group_by(KEYS).agg((pl.col("step").max() - pl.col("step").min()).alias("span"))
+    return int(span["span"].to_numpy().max()) + 1
+
+
+def arrivals(
+    source: StepChunks | pl.DataFrame,
+    *,
+    aligned: bool,
+    ranks: np.ndarray,
+    steps: np.ndarray,
+    rows_per_chunk: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> Arrivals:
+    """Stream ``source`` (or take an in-memory collectives frame) into instances and [rank, step] matrices.
+
+    ``ranks``/``steps``: the matrices' axes (sorted); ranks found only in the collectives are added.
+    ``progress(done, total)`` after each chunk.
+    """
+    carry = 1
+    while True:
+        if isinstance(source, pl.DataFrame):
+            frames: Iterable[pl.DataFrame] = [source]
+            total = 1
+        else:
+            ranges = source.step_ranges(rows_per_chunk)
+            total = len(ranges)
+            frames = _frames(source, rows_per_chunk, carry, progress, total)
+        grid, insts, members, rows = _pass(frames, aligned, ranks, steps)
+        inst = pl.concat(insts, how="vertical_relaxed") if insts else None
+        span = _split_span(inst) if inst is not None and total > 1 else 0
+        if span == 0:
+            break
+        # An instance spanned more steps than were held back: read again, holding back more; past the
+        # run's length, in one piece (always whole).
+        carry = max(carry + 1, span)
+        assert isinstance(source, StepChunks)
+        first, last = source.step_span or (0, 0)
+        if carry > last - first:
+            rows_per_chunk = source.rows + 1
+    if progress and total == 1:
+        progress(1, 1)
+    seen = np.isfinite(grid.late)
+    late = np.where(seen, grid.late, np.nan)
+    wait = np.where(seen, grid.wait, np.nan)
+    member = (
+        pl.concat(members).unique()
+        if members
+        else pl.DataFrame(schema={"group": pl.String, "rank": pl.Int32})
+    )
+    return Arrivals(
+        ranks=grid.ranks,
+        rows=rows,
+        instances=_finish(inst, aligned) if inst is not None else None,
+        late=late,
+        wait=wait,
+        members=member,
+        chunks=total,
+    )
+
+
+def _frames(
+    source: StepChunks,
+    rows_per_chunk: int,
+    carry: int,
+    progress: Callable[[int, int], None] | None,
+    total: int,
+) -> Iterable[pl.DataFrame]:
+    for i, (_lo, _hi, frame) in enumerate(source.chunks(rows_per_chunk, whole=KEYS, carry_steps=carry)):
+        yield frame
+        if progress:
+            progress(i + 1, total)
