@@ -57,3 +57,17 @@ def check_format(value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise InputError(f"--format {value!r}: choose one of {', '.join(allowed)}")
     return value
+
+
+def require_torch(what: str) -> None:
+    """Refuse up front (exit 2) when ``what`` starts real ranks and torch is not installed.
+
+    Without this the ranks start, each fails on ``import torch``, and the user gets exit 1 with a
+    worker's traceback line after the rest of the command already ran.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(
+            f"{what} starts real training ranks and needs torch; pip install 'fabricpace[torch]'"
+        )

@@ -22,6 +22,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import FabricpaceError, InputError
+from fabricpace.cli._common import require_torch
 
 
 def _step(title: str, args: list[str]) -> None:
@@ -69,6 +70,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--out {folder}: folder exists and is not empty; choose a new folder")
         if steps < 40:
             raise InputError(f"--steps {steps}: the local run needs at least 40 steps to measure")
+        require_torch("demo")  # step 2 runs real gloo ranks: fail now, not after the study
         folder.mkdir(parents=True, exist_ok=True)
         scenario = resources.files("fabricpace") / "data" / "demo" / "local-noisy.yaml"
         nodes, repeats, sim_steps = ("4,8", "1", "120") if quick else ("4,8,16", "2", "300")

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from fabricpace.cli._common import check_format
+from fabricpace.cli._common import check_format, require_torch
 
 
 def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
@@ -129,6 +129,7 @@ def register(app: typer.Typer) -> None:
         if backend not in ("lab", "local"):
             raise InputError(f"--backend {backend!r}: choose lab or local")
         sc = load_scenario(scenario)
+        require_torch(f"lab run --backend {backend}")
         res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
                                     seed=seed, backend=backend, prefix=prefix,
                                     progress=fmt != "json" and sys.stderr.isatty())

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, parse_int_list
+from fabricpace.cli._common import check_format, parse_int_list, require_torch
 
 
 def _default_out(prefix: str) -> Path:
@@ -227,6 +227,8 @@ def register(app: typer.Typer) -> None:
             node_order=node_order,
         )
         check_plan(plan)  # bad input fails before the progress bar draws anything
+        if backend != "sim":
+            require_torch(f"study --backend {backend}")
         if sc is not None and nodes is None and plan.cluster is not None:
             from fabricpace.fabric import load_cluster
 
