@@ -103,3 +103,19 @@ def test_streamed_metrics_equal_the_in_memory_path(shifted: Path) -> None:
     assert np.array_equal(lazy.lateness, eager.lateness, equal_nan=True)
     assert np.array_equal(lazy.work, eager.work, equal_nan=True)  # from the streamed wait sums
     assert np.array_equal(lazy.ranks, eager.ranks) and np.array_equal(lazy.steps, eager.steps)
+
+
+def test_cli_progress_on_stderr_json_alone_on_stdout(cli, shifted: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws its bar as on a terminal
+    monkeypatch.setenv("COLUMNS", "200")
+    rows = 3 * RANKS * BUCKETS
+    r = cli("diagnose", str(shifted), "--format", "json", "--chunk-rows", str(rows))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)  # nothing but the JSON on stdout
+    n = len(StepChunks(shifted).step_ranges(rows))
+    assert "collectives chunks" in r.stderr and f"{n}/{n}" in r.stderr  # the bar counts the chunks
+    assert d == diagnose([shifted]).to_dict()
+    bad = cli("diagnose", str(shifted), "--chunk-rows", "0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--chunk-rows" in bad.stderr

@@ -169,25 +169,49 @@ def register(app: typer.Typer) -> None:
         cluster: str | None = typer.Option(
             None, "--cluster", help="Cluster file or preset: judge transfers against the fabric model."
         ),
+        chunk_rows: int | None = typer.Option(
+            None,
+            "--chunk-rows",
+            help="Collective rows read at a time (default 4,000,000: ~1 GB peak); lower it for less memory.",
+        ),
     ) -> None:
         """Name the failure mode, culprit and evidence; several sizes of one workload add scaling."""
         if fmt == "table":
             fmt = "text"
         if fmt not in ("text", "json"):
             raise InputError(f"--format {fmt!r}: choose text or json")
+        if chunk_rows is not None and chunk_rows < 1:
+            raise InputError(f"--chunk-rows {chunk_rows}: must be a positive number of rows")
         from rich.console import Console
-        from rich.progress import Progress
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        from fabricpace.diagnose import diagnose
+        from fabricpace.diagnose import DiagnoseConfig, diagnose
 
-        err = Console(stderr=True)
-        with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
-            task = progress.add_task("diagnosing", total=len(run_dirs))
+        config = DiagnoseConfig(chunk_rows=chunk_rows) if chunk_rows is not None else None
+        err = Console(stderr=True)  # progress on stderr only: stdout stays pure JSON with --format json
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
+            task = progress.add_task("diagnosing", total=None)
+            order = {str(p): i + 1 for i, p in enumerate(run_dirs)}
+
+            def label(path: str) -> str:
+                where = f" (run {order.get(path, '?')}/{len(run_dirs)})" if len(run_dirs) > 1 else ""
+                return f"diagnosing {Path(path).name}{where}: collectives chunks"
 
             def step(path: str) -> None:
-                progress.update(task, advance=1, description=f"diagnosing {Path(path).name}")
+                progress.update(task, description=label(path), completed=0, total=None)
 
-            result = diagnose(run_dirs, cluster=cluster, progress=step)
+            def chunk(path: str, done: int, total: int) -> None:
+                progress.update(task, description=label(path), completed=done, total=total)
+
+            result = diagnose(run_dirs, cluster=cluster, config=config, progress=step, chunk_progress=chunk)
         whole = result.to_dict()
         for r in result.runs:
             _write_atomic(Path(r.path) / "diagnosis.json", result.for_run(r.path).to_dict())

@@ -131,7 +131,27 @@ def register(app: typer.Typer) -> None:
         cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file for the diagnosis."),
     ) -> None:
         """Write one self-contained offline HTML report for the run(s)."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
         from fabricpace.report.html import write_report
 
-        path = write_report(run_dirs, out, steps=_parse_steps(steps), findings=findings, cluster=cluster)
+        err = Console(stderr=True)
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task("report", total=None)
+
+            def tick(what: str, done: int, total: int) -> None:
+                bar.update(task, description=f"{what}: collectives chunks", completed=done, total=total)
+
+            path = write_report(
+                run_dirs, out, steps=_parse_steps(steps), findings=findings, cluster=cluster, progress=tick
+            )
         print(f"wrote {path}", file=sys.stderr)

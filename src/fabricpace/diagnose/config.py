@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fabricpace.run.reader import DEFAULT_CHUNK_ROWS
+
 
 @dataclass(frozen=True, kw_only=True)
 class DiagnoseConfig:
@@ -20,7 +22,7 @@ class DiagnoseConfig:
 
     # Reading: the collectives table (one row per rank, collective and step) is streamed in chunks of
     # whole steps of about this many rows (~0.2 GB of memory per million rows, peak).
-    chunk_rows: int = 4_000_000
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
 
     # synchronization amplification: time the median rank waits for each step's slowest rank.
     sync_min_share: float = 0.05

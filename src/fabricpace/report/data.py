@@ -8,12 +8,13 @@ than two ranks say nothing about arrival and are left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from fabricpace.run.reader import RunData
+from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks
 
 MS = 1e6  # ns per ms
 
@@ -59,42 +60,87 @@ def synchronized_step_ns(run: RunData) -> pl.DataFrame:
     return d.group_by("step").agg(pl.col("dur_ns").median().alias("step_ns")).sort("step")
 
 
+_INSTANCE_SCHEMA = {
+    "group": pl.String, "seq": pl.Int64, "step": pl.Int64, "n": pl.UInt32,
+    "skew_ns": pl.Int64, "transfer_ns": pl.Int64, "last_rank": pl.Int32,
+}
+_WAIT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "skew_wait_ns": pl.Int64}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveStats:
+    """What the report needs from the collectives table: one row per instance seen by two or more
+    ranks, and the skew wait per rank-step. Both are small next to the table itself."""
+
+    instances: pl.DataFrame  # group, seq, step, n, skew_ns, transfer_ns, last_rank
+    waits: pl.DataFrame  # rank, step, skew_wait_ns
+
+
+def _chunk_stats(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Instances (all, with their last arrival) and rank-step waits of a frame of whole instances."""
+    keys = ["group", "seq"]
+    narrow = c.select(*keys, "rank", "step", "t_enter_ns", "t_exit_ns")
+    # The last arriver is the latest t_enter (ties: the lowest rank); the instance's step is its row's.
+    ordered = narrow.sort(["t_enter_ns", "rank"], descending=[True, False])
+    inst = ordered.group_by(keys).agg(
+        pl.col("step").first(),
+        pl.len().alias("n"),
+        pl.col("t_enter_ns").max().alias("last_enter"),
+        (pl.col("t_enter_ns").max() - pl.col("t_enter_ns").min()).alias("skew_ns"),
+        (pl.col("t_exit_ns").min() - pl.col("t_enter_ns").max()).clip(lower_bound=0).alias("transfer_ns"),
+        pl.col("rank").first().alias("last_rank"),
+    )
+    del ordered
+    waits = (
+        narrow.lazy()
+        .join(inst.lazy().filter(pl.col("n") >= 2).select(*keys, "last_enter"), on=keys, how="inner")
+        .group_by(["rank", "step"])
+        .agg((pl.col("last_enter") - pl.col("t_enter_ns")).sum().alias("skew_wait_ns"))
+        .collect()
+    )
+    return inst.drop("last_enter").with_columns(pl.col("group").cast(pl.String)), waits
+
+
+def collective_stats(
+    source: RunData | StepChunks,
+    *,
+    rows_per_chunk: int = DEFAULT_CHUNK_ROWS,
+    progress: Callable[[int, int], None] | None = None,
+) -> CollectiveStats:
+    """Instances and skew waits of a run: from ``run.collectives`` when given a loaded run, else read
+    chunk by chunk (instances kept whole across chunks), so memory stays bounded for any run size."""
+    frames: Iterable[pl.DataFrame]
+    if isinstance(source, StepChunks):
+        total = len(source.step_ranges(rows_per_chunk))
+        frames = (f for _lo, _hi, f in source.chunks(rows_per_chunk, whole=("group", "seq")))
+    else:
+        total, frames = 1, [source.collectives]
+    insts, waits = [], []
+    for i, frame in enumerate(frames):
+        if frame.height:
+            inst, wait = _chunk_stats(frame)
+            insts.append(inst)
+            waits.append(wait)
+        if progress:
+            progress(i + 1, total)
+    if not insts:
+        return CollectiveStats(
+            instances=pl.DataFrame(schema=_INSTANCE_SCHEMA), waits=pl.DataFrame(schema=_WAIT_SCHEMA)
+        )
+    inst = pl.concat(insts).filter(pl.col("n") >= 2).sort(["step", "group", "seq"])
+    # A rank-step's collectives may sit in two chunks (an instance held back for the next one).
+    wait = pl.concat(waits).group_by(["rank", "step"]).agg(pl.col("skew_wait_ns").sum())
+    return CollectiveStats(instances=inst, waits=wait)
+
+
 def instances(run: RunData) -> pl.DataFrame:
     """One row per collective instance: group, seq, step, n, skew_ns, transfer_ns, last_rank."""
-    c = run.collectives
-    if c.height == 0:
-        return pl.DataFrame(
-            schema={"group": pl.String, "seq": pl.Int64, "step": pl.Int64, "n": pl.UInt32,
-                    "skew_ns": pl.Int64, "transfer_ns": pl.Int64, "last_rank": pl.Int32}
-        )
-    c = c.sort(["t_enter_ns", "rank"], descending=[True, False])
-    return (
-        c.group_by(["group", "seq"])
-        .agg(
-            pl.col("step").first(),
-            pl.len().alias("n"),
-            (pl.col("t_enter_ns").max() - pl.col("t_enter_ns").min()).alias("skew_ns"),
-            (pl.col("t_exit_ns").min() - pl.col("t_enter_ns").max()).clip(lower_bound=0).alias("transfer_ns"),
-            pl.col("rank").first().alias("last_rank"),
-        )
-        .filter(pl.col("n") >= 2)
-        .sort(["step", "group", "seq"])
-    )
+    return collective_stats(run).instances
 
 
 def rank_waits(run: RunData) -> pl.DataFrame:
     """Per rank-step: skew wait (time waiting for later peers) summed over that step's collectives."""
-    c = run.collectives
-    if c.height == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "skew_wait_ns": pl.Int64})
-    last = pl.col("t_enter_ns").max().over(["group", "seq"])
-    n = pl.len().over(["group", "seq"])
-    return (
-        c.filter(n >= 2)
-        .with_columns((last - pl.col("t_enter_ns")).alias("skew_wait_ns"))
-        .group_by(["rank", "step"])
-        .agg(pl.col("skew_wait_ns").sum())
-    )
+    return collective_stats(run).waits
 
 
 def last_arriver_share(inst: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
@@ -111,13 +157,13 @@ def last_arriver_share(inst: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     )
 
 
-def breakdown(run: RunData) -> pl.DataFrame:
+def breakdown(run: RunData, waits: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per rank, mean per step (ms): compute, skew wait, transfer (exposed comm beyond skew), data, gc,
-    paced and other (the rest of the step)."""
+    paced and other (the rest of the step). ``waits``: ``CollectiveStats.waits`` when already known."""
     d = step_durations(run)
     if d.height == 0:
         return pl.DataFrame()
-    w = rank_waits(run)
+    w = rank_waits(run) if waits is None else waits
     d = d.join(w, on=["rank", "step"], how="left").with_columns(pl.col("skew_wait_ns").fill_null(0))
     names = ("compute_ns", "wait_ns", "data_ns", "gc_ns", "paced_ns")
     cols = {c: pl.col(c).fill_null(0).cast(pl.Float64) for c in names}
@@ -144,7 +190,7 @@ HEATMAP_VALUES = {"dur_ns": "step time", "compute_ns": "own compute", "skew_wait
 
 
 def heatmap_matrices(
-    run: RunData, *, max_cols: int = 300
+    run: RunData, *, max_cols: int = 300, waits: pl.DataFrame | None = None
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], int]:
     """(ranks, step labels, {value: matrix [R, C] in ms}, steps per column); steps binned to ≤ max_cols.
 
@@ -154,7 +200,7 @@ def heatmap_matrices(
     d = step_durations(run)
     if d.height == 0:
         return np.zeros(0, int), np.zeros(0, int), {}, 1
-    w = rank_waits(run)
+    w = rank_waits(run) if waits is None else waits
     d = d.join(w, on=["rank", "step"], how="left") if w.height else d.with_columns(
         pl.lit(None, dtype=pl.Int64).alias("skew_wait_ns"))
     ranks = np.sort(d["rank"].unique().to_numpy())
@@ -177,13 +223,14 @@ def heatmap_matrices(
     return ranks, steps[::per_col], out, per_col
 
 
-def summarize(run: RunData, name: str) -> RunSummary:
+def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> RunSummary:
     """The run table row: step statistics, arrival skew and the most frequent last arriver."""
     sync = synchronized_step_ns(run)["step_ns"].to_numpy()
-    inst = instances(run)
+    stats = stats or collective_stats(run)
+    inst = stats.instances
     ranks = rank_ids(run)
     share = last_arriver_share(inst, ranks) if inst.height else None
-    w = rank_waits(run)
+    w = stats.waits
     d = step_durations(run)
     skew_share = None
     if w.height and d.height:
@@ -209,16 +256,18 @@ def summarize(run: RunData, name: str) -> RunSummary:
     )
 
 
-def scaling_rows(runs: list[tuple[str, RunData]]) -> pl.DataFrame:
+def scaling_rows(
+    runs: list[tuple[str, RunData]], waits: list[pl.DataFrame] | None = None
+) -> pl.DataFrame:
     """One row per run, ordered by world size: median step time and where it goes (ms), efficiency.
 
     Efficiency assumes weak scaling (fixed per-rank batch): throughput ∝ N / step time, so efficiency
     against the smallest run is its step time over this run's step time.
     """
     rows = []
-    for name, run in runs:
+    for i, (name, run) in enumerate(runs):
         sync = synchronized_step_ns(run)["step_ns"].to_numpy()
-        b = breakdown(run)
+        b = breakdown(run, waits[i] if waits is not None else None)
         keys = ("compute", "skew_wait", "transfer")
         parts = {p: float(np.mean(b[p].to_numpy())) for p in keys} if b.height else {}
         rows.append({

@@ -44,9 +44,9 @@ def _layout(fig: go.Figure, title: str, *, height: int = 420) -> go.Figure:
     return fig
 
 
-def heatmap(run: RunData) -> go.Figure:
+def heatmap(run: RunData, waits: pl.DataFrame | None = None) -> go.Figure:
     """Rank × step heatmap of step time, with buttons for own compute and wait for peers."""
-    ranks, cols, mats, per_col = rd.heatmap_matrices(run)
+    ranks, cols, mats, per_col = rd.heatmap_matrices(run, waits=waits)
     binned = f" (mean of {per_col} steps per column)" if per_col > 1 else ""
     fig = go.Figure()
     keys = list(mats)

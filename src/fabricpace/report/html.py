@@ -13,7 +13,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ from fabricpace._errors import InputError
 from fabricpace.report import data as rd
 from fabricpace.report import figures
 from fabricpace.report.timeline import timeline_figure
-from fabricpace.run.reader import RunData, load_run
+from fabricpace.run.reader import RunData, StepChunks, load_run
+from fabricpace.run.schema import COLLECTIVE_COLUMNS
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -135,13 +139,20 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
     return "\n".join(out)
 
 
-def _diagnose(run_dirs: Sequence[Path], cluster: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+def _diagnose(
+    run_dirs: Sequence[Path], cluster: Path | None, progress: Progress | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     try:
         from fabricpace.diagnose import diagnose  # type: ignore[attr-defined]
     except ImportError as exc:
         return None, f"the diagnosis module is not available ({exc})"
+
+    def tick(run: str, done: int, total: int) -> None:
+        if progress:
+            progress(f"diagnosing {Path(run).name}", done, total)
+
     try:
-        return diagnose([str(p) for p in run_dirs], cluster=cluster).to_dict(), None
+        return diagnose([str(p) for p in run_dirs], cluster=cluster, chunk_progress=tick).to_dict(), None
     except InputError:
         raise
     except Exception as exc:  # the pictures are still worth having; say why the findings are missing
@@ -164,8 +175,10 @@ def _fig_html(fig: go.Figure, div_id: str) -> str:
                        config={"displaylogo": False, "responsive": True})
 
 
-def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | None) -> list[str]:
-    inst = rd.instances(run)
+def _run_sections(
+    name: str, run: RunData, stats: rd.CollectiveStats, idx: int, steps: tuple[int, int] | None
+) -> list[str]:
+    inst = stats.instances
     ranks = rd.rank_ids(run)
     out = [f"<h2>Run {_esc(name)}</h2>"]
     for w in run.warnings:
@@ -173,21 +186,35 @@ def _run_sections(name: str, run: RunData, idx: int, steps: tuple[int, int] | No
     if run.steps.height == 0:
         out.append('<div class="note">This run has no step rows: nothing to draw.</div>')
         return out
-    out.append(_fig_html(figures.heatmap(run), f"heatmap-{idx}"))
+    out.append(_fig_html(figures.heatmap(run, stats.waits), f"heatmap-{idx}"))
     if inst.height:
         out.append(_fig_html(figures.skew_distribution(inst), f"skew-{idx}"))
         out.append(_fig_html(figures.last_arrivers(rd.last_arriver_share(inst, ranks)), f"last-{idx}"))
     else:
         out.append('<div class="note">No collectives seen by two or more ranks: arrival skew and last '
                    "arrivers cannot be drawn.</div>")
-    out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run)), f"breakdown-{idx}"))
+    out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run, stats.waits)), f"breakdown-{idx}"))
     window = steps or default_steps(run)
     if window is not None:
+        # The timelines draw a few steps: only those steps' collectives are read.
+        run = replace(run, collectives=StepChunks(run.path).read(*window))
         phases = timeline_figure(run, window)  # the paper's Figure 2, shared with the study figures
         phases.update_layout(legend={"orientation": "h", "y": -0.35}, margin={"b": 90})
         out.append(_fig_html(phases, f"phases-{idx}"))
         out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
     return out
+
+
+def _stats(run: RunData, name: str, progress: Progress | None) -> rd.CollectiveStats:
+    table = StepChunks(run.path, columns=COLLECTIVE_COLUMNS, categorical=True)
+
+    def tick(done: int, total: int) -> None:
+        if progress:
+            progress(f"reading {name}", done, total)
+
+    stats = rd.collective_stats(table, progress=tick)
+    run.warnings.extend(table.warnings)
+    return stats
 
 
 def _names(run_dirs: Sequence[Path]) -> list[str]:
@@ -203,17 +230,21 @@ def render_report(
     steps: tuple[int, int] | None = None,
     findings: bool = True,
     cluster: Path | None = None,
+    progress: Progress | None = None,
 ) -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string. ``progress(label, done, total)`` while the collectives
+    are read (chunk by chunk: memory stays bounded whatever the size of the runs)."""
     from plotly.offline import get_plotlyjs
 
     if not run_dirs:
         raise InputError("report: pass at least one run directory")
     paths = [Path(p) for p in run_dirs]
-    runs = [load_run(p) for p in paths]
+    # The collectives table is the big one: never loaded whole, streamed into small summaries.
+    runs = [load_run(p, tables=("ranks", "steps")) for p in paths]
     names = _names(paths)
-    diag, note = _diagnose(paths, cluster) if findings else (None, "run without --findings")
-    summaries = [rd.summarize(r, n) for n, r in zip(names, runs, strict=True)]
+    diag, note = _diagnose(paths, cluster, progress) if findings else (None, "run without --findings")
+    stats = [_stats(run, name, progress) for name, run in zip(names, runs, strict=True)]
+    summaries = [rd.summarize(r, n, st) for n, r, st in zip(names, runs, stats, strict=True)]
     body = [
         "<h1>fabricpace report</h1>",
         f'<div class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · '
@@ -223,11 +254,11 @@ def render_report(
         summary_table(summaries),
     ]
     if len(runs) > 1:
-        rows = rd.scaling_rows(list(zip(names, runs, strict=True)))
+        rows = rd.scaling_rows(list(zip(names, runs, strict=True)), [st.waits for st in stats])
         body.append(_fig_html(figures.scaling(rows), "scaling"))
         body.append(_scaling_table(rows))
-    for i, (name, run) in enumerate(zip(names, runs, strict=True)):
-        body.extend(_run_sections(name, run, i, steps))
+    for i, (name, run, st) in enumerate(zip(names, runs, stats, strict=True)):
+        body.extend(_run_sections(name, run, st, i, steps))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>fabricpace report</title>"
         f"<style>{_CSS}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
@@ -257,6 +288,7 @@ def write_report(
     steps: tuple[int, int] | None = None,
     findings: bool = True,
     cluster: Path | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Render and write the report atomically (temp file + rename); returns its path."""
     path = Path(out)
@@ -264,7 +296,7 @@ def write_report(
         raise InputError(f"{path}: is a directory; pass a file name such as report.html")
     if not path.parent.exists():
         raise InputError(f"{path.parent}: folder does not exist; create it first")
-    text = render_report(run_dirs, steps=steps, findings=findings, cluster=cluster)
+    text = render_report(run_dirs, steps=steps, findings=findings, cluster=cluster, progress=progress)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

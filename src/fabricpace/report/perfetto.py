@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 import polars as pl
 
 from fabricpace._errors import InputError
-from fabricpace.run.reader import RunData, load_run
+from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks, load_run
 
 STEP_TID, COLL_TID, OPS_TID = 1, 2, 3
 
@@ -88,13 +88,20 @@ def export_perfetto(
         raise InputError(f"{path}: is a directory; pass a file name such as trace.json")
     if not path.parent.exists():
         raise InputError(f"{path.parent}: folder does not exist; create it first")
-    run = load_run(run_dir)
-    s, c, o = run.steps, run.collectives, run.ops
+    # The collectives (one row per rank, collective and step) are streamed a chunk of steps at a time,
+    # instances kept whole, so a run of any size exports in bounded memory.
+    run = load_run(run_dir, tables=("ranks", "steps", "ops") if ops else ("ranks", "steps"))
+    table = StepChunks(run_dir)
+    s, o = run.steps, run.ops
+    chunks: Iterable[pl.DataFrame]
     if steps is not None:
         lo, hi = steps
-        s, c, o = (f.filter(pl.col("step").is_between(lo, hi)) for f in (s, c, o))
+        s, o = (f.filter(pl.col("step").is_between(lo, hi)) for f in (s, o))
         if s.height == 0:
             raise InputError(f"--steps {lo}:{hi}: {run_dir} has no such steps")
+        chunks = [table.read(lo, hi)]
+    else:
+        chunks = (f for _lo, _hi, f in table.chunks(DEFAULT_CHUNK_ROWS, whole=("group", "seq")))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("w", encoding="utf-8") as fh:
@@ -103,7 +110,8 @@ def export_perfetto(
                 "world_size": run.world_size, "exported_by": "fabricpace"}) + ',"traceEvents":[\n')
             first = _write_events(fh, _meta_events(run), True)
             first = _write_events(fh, _step_events(s.sort(["rank", "step"])), first)
-            first = _write_events(fh, _collective_events(c), first)
+            for c in chunks:
+                first = _write_events(fh, _collective_events(c), first)
             if ops:
                 _write_events(fh, _op_events(o), first)
             fh.write("\n]}\n")

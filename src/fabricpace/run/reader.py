@@ -131,6 +131,9 @@ def _held(frame: pl.DataFrame, keys: list[str], after: int) -> pl.Series | None:
     return pl.Series("held", mask)
 
 
+# Rows per chunk when a table is streamed: ~1 GB peak for the collectives (diagnose, report).
+DEFAULT_CHUNK_ROWS = 4_000_000
+
 _UNREADABLE = (OSError, pl.exceptions.PolarsError, pa.ArrowInvalid)
 
 
