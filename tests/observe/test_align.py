@@ -149,7 +149,11 @@ def test_ranks_sharing_a_clock_adopt_their_leaders_estimate():
                          domain=domains[rank])
         return [sync.exchange(0), sync.exchange(1)]  # the second epoch reuses the plan
 
+    keys_before = stores[0].num_keys()
     res = _run_ranks(stores, run)
+    # left in the Store: the plan (3 domains, 3 roles) and 2 results per epoch; the leader removed
+    # its 6 rounds x 3 exchange keys of each epoch
+    assert stores[0].num_keys() - keys_before == 6 + 2 * 2
     for epoch in (0, 1):
         assert res[1][epoch].offset_ns == 0 and res[1][epoch].err_ns == 0  # rank 0's own clock
         assert res[3][epoch] == res[2][epoch]  # follows its node's leader

@@ -47,6 +47,13 @@ class SideChannel:
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
         self.store.wait([self.prefix + key], timeout)
 
+    def delete(self, key: str) -> None:
+        """Remove a key that is no longer needed (a Store keeps every key for the job's lifetime)."""
+        if self.store is None:
+            self._local.pop(key, None)
+        else:
+            self.store.delete_key(self.prefix + key)
+
     def set_json(self, key: str, value: Any) -> None:
         self.set(key, json.dumps(value))
 
