@@ -15,7 +15,9 @@ from fabricpace.run.reader import StepChunks
 from fabricpace.run.writer import to_table
 
 
-def _observer_like(tmp_path: Path, ranks: int = 3, steps: int = 20, per_part: int = 6, late: int = -1) -> Path:
+def _observer_like(
+    tmp_path: Path, ranks: int = 3, steps: int = 20, per_part: int = 6, late: int = -1
+) -> Path:
     """``ranks`` ranks writing parts of ``per_part`` steps, two buckets a step; rank ``late`` counts
     every collective one step later than the others."""
     write_manifest(tmp_path, Manifest(source="observer", world_size=ranks, nodes=1, gpus_per_node=ranks))
@@ -23,8 +25,10 @@ def _observer_like(tmp_path: Path, ranks: int = 3, steps: int = 20, per_part: in
         w = ChunkWriter(tmp_path, "collectives", r)
         for s in range(steps):
             for b in range(2):
-                w.append(rank=r, step=s + (r == late), seq=2 * s + b, group="dp", op="all_reduce", bytes=1 << 20,
-                         t_enter_ns=1000 * s + 10 * b + r, t_exit_ns=1000 * s + 10 * b + 50)
+                w.append(
+                    rank=r, step=s + (r == late), seq=2 * s + b, group="dp", op="all_reduce",
+                    bytes=1 << 20, t_enter_ns=1000 * s + 10 * b + r, t_exit_ns=1000 * s + 10 * b + 50,
+                )
             if s % per_part == per_part - 1:
                 w.flush()
         w.flush()
@@ -42,7 +46,8 @@ def test_chunks_cover_every_row_once_in_load_run_order(tmp_path: Path) -> None:
     order = ["rank", "seq"]
     assert pl.concat(parts).sort(order).equals(full.sort(order))  # every row once, same (string) columns
     for lo, hi in ranges:  # the same as a filtered load_run, for every range
-        assert table.read(lo, hi).equals(load_run(run, tables=("collectives",), step_range=(lo, hi)).collectives)
+        want = load_run(run, tables=("collectives",), step_range=(lo, hi)).collectives
+        assert table.read(lo, hi).equals(want)
     cat = StepChunks(run, columns=("rank", "step", "group"), categorical=True).read(0, 3)
     assert cat.columns == ["rank", "step", "group"] and cat.schema["group"] == pl.Categorical
 
