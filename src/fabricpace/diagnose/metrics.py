@@ -8,6 +8,7 @@ clock, and every rank leaves a collective at about the same moment, so the rank 
 arrived last. That basis is immune to clock offsets, at the price of the (small) spread of exit times.
 
 Everything is vectorized: polars group-bys over instances, numpy over dense [rank, step] matrices.
+The collectives table is streamed (``arrivals``): no per-row frame of the whole run is ever built.
 """
 
 from __future__ import annotations

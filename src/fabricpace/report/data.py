@@ -4,6 +4,9 @@ For one collective instance, named by ``(group, seq)`` across ranks (DESIGN.md):
 ``max t_enter``; each rank's skew wait is ``last − t_enter``; the transfer is ``min t_exit − last``; the
 last arriver is the rank with the latest ``t_enter`` (ties: the lowest rank). Instances seen by fewer
 than two ranks say nothing about arrival and are left out.
+
+The collectives table is reduced chunk by chunk (``collective_stats`` over ``StepChunks``) to one row
+per instance and one per rank-step, so the report of a run of any size fits in memory.
 """
 
 from __future__ import annotations

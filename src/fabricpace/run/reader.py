@@ -1,4 +1,9 @@
-"""Load a run directory into polars frames, reporting what is missing or truncated instead of failing."""
+"""Load a run directory into polars frames, reporting what is missing or truncated instead of failing.
+
+``load_run`` reads whole tables (or some tables / a range of steps); ``StepChunks`` reads one chunked
+table a few steps at a time, for tables too large to hold (the collectives of a large run), keeping
+instances that span a chunk boundary whole.
+"""
 
 from __future__ import annotations
 
@@ -165,10 +170,10 @@ def _step_bounds(pf: pq.ParquetFile, rg: int, col: int) -> tuple[int, int] | Non
 class StepChunks:
     """A chunked table (``collectives``, ``steps``, ``ops``) read a few steps at a time.
 
-    The Parquet footers are read once: every row group's step range comes from its statistics, so
-    reading the steps ``lo..hi`` opens only the files and row groups that hold them (a row group that
-    straddles two chunks is read by both). Rows without a step are never returned. Memory is bounded by
-    the rows of one chunk, whatever the size of the run::
+    The Parquet footers are read once: every row group's step range comes from its statistics (or,
+    without statistics, from its step column), so reading the steps ``lo..hi`` opens only the files
+    that hold them, and polars' reader skips the other row groups. Rows without a step are never
+    returned. Memory is bounded by the rows of one chunk, whatever the size of the run::
 
         table = StepChunks(run_dir)                  # collectives
         for lo, hi, frame in table.chunks(rows_per_chunk=5_000_000, whole=("group", "seq")):
@@ -179,6 +184,9 @@ class StepChunks:
     last ``carry_steps`` steps of a chunk is held back and handed out with the next chunk, so a chunk
     boundary does not split it (when one spans more steps than that, the caller sees the same key in
     two chunks and can retry with a larger ``carry_steps``).
+
+    ``columns``: read only these; ``categorical``: string columns as polars categoricals (cheaper to
+    read and group by) instead of plain strings as ``load_run`` gives them.
     """
 
     def __init__(
