@@ -79,3 +79,11 @@ def test_bad_window_or_warmup_is_named_as_the_option_and_writes_nothing(cli, tmp
     r = cli("study", "--scenario", "paper", "--window", "0", "--out", str(out))
     assert r.returncode == 2 and "--window 0" in r.stderr
     assert not out.exists()  # was: an empty study folder left behind
+
+
+def test_study_help_says_where_defaults_come_from(cli):
+    r = cli("study", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.replace("│", " ").split())  # undo rich's box and wrapping
+    assert "(default: the scenario's, else 4,8,16)" in text
+    assert "(default: the scenario's, else 3)" in text

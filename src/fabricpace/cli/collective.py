@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
     def collective(
         cluster: str = typer.Option("dgx-h100-ib", "--cluster", help="preset name or cluster YAML file"),
         op: str = typer.Option(
-            "all_reduce", "--op", help="all_reduce|all_gather|reduce_scatter|all_to_all|broadcast"
+            "all_reduce", "--op", help="all_reduce, all_gather, reduce_scatter, all_to_all or broadcast"
         ),
         nodes: str | None = typer.Option(
             None, "--nodes", help="node counts, comma-separated (default 2,4,8,16,32 up to the cluster size)"

@@ -175,10 +175,18 @@ def register(app: typer.Typer) -> None:
         workload: str | None = typer.Option(None, "--workload", help="workload preset or YAML file (sim)"),
         noise: str | None = typer.Option(None, "--noise", help="noise/fault preset or YAML file (sim)"),
         scenario: str | None = typer.Option(None, "--scenario", help="scenario name (paper) or folder"),
-        nodes: str | None = typer.Option(None, "--nodes", help="node counts, e.g. 4,8,16"),
-        repeats: int | None = typer.Option(None, "--repeats", help="runs per point (different seeds)"),
-        steps: int | None = typer.Option(None, "--steps", help="steps per run"),
-        warmup: int | None = typer.Option(None, "--warmup", help="steps left out of every run's measurement"),
+        nodes: str | None = typer.Option(
+            None, "--nodes", help="node counts, e.g. 4,8,16 (default: the scenario's, else 4,8,16)"
+        ),
+        repeats: int | None = typer.Option(
+            None, "--repeats", help="runs per point, different seeds (default: the scenario's, else 3)"
+        ),
+        steps: int | None = typer.Option(
+            None, "--steps", help="steps per run (default: the scenario's, else 300)"
+        ),
+        warmup: int | None = typer.Option(
+            None, "--warmup", help="steps each run leaves out (default: the scenario's, else 50)"
+        ),
         seed: int = typer.Option(1, "--seed", help="seed of repeat 0 (repeat i uses seed + i)"),
         compare: str = typer.Option("baseline", "--compare", help="modes: baseline or baseline,paced"),
         window: int = typer.Option(50, "--window", help="steps per pacing window (sim)"),
