@@ -37,6 +37,19 @@ def test_fit_on_2_and_4_nodes_predicts_8_nodes(logs):
     assert 0.5 < fit.params["net_efficiency"] < 1.0 and fit.cluster.tuning.source.startswith("fit:")
 
 
+def test_the_fit_says_what_its_rows_cannot_tell(logs, cli, tmp_path):
+    # The 2-node H100 rows (32 MiB+) all run as NVLS-tree: they constrain neither the ring's network
+    # efficiency nor how times grow with node count, and the user is told so.
+    fit = calibrate_cluster(load_cluster("dgx-h100-ib"), [logs[2]])
+    assert fit.kept == ("net_efficiency", "tree_efficiency", "net_overhead_us") and fit.node_counts == (2,)
+    assert "kept from the cluster: net_efficiency" in fit.summary()
+    assert "every row is from 2 nodes" in fit.summary()
+    both = calibrate_cluster(load_cluster("dgx-h100-ib"), [logs[2], logs[4]])
+    assert "net_efficiency" not in both.kept and "every row" not in both.summary()
+    r = cli("collective", "--nodes", "8", "--sizes", "1G", "--calibrate", logs[2].path)
+    assert r.returncode == 0 and "every row is from 2 nodes" in r.stderr
+
+
 def test_fast_model_equals_collective_time(logs):
     fit = calibrate_cluster(load_cluster("dgx-h100-ib"), [logs[2], logs[4]])
     pts = points_from_logs([logs[2], logs[4], logs[8]], min_bytes=1 << 20)

@@ -227,18 +227,28 @@ class Fit:
     median_error_pct: float
     max_error_pct: float
     logs: tuple[str, ...]
+    kept: tuple[str, ...] = ()  # parameters no calibration row depends on: the cluster's values stay
+    node_counts: tuple[int, ...] = ()  # node counts of the calibration rows
 
     def summary(self) -> str:
-        vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items())
-        return (
+        vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items() if k not in self.kept)
+        out = (
             f"calibrated on {self.n_points} points from {len(self.logs)} logs: {vals}; "
             f"in-sample error median {self.median_error_pct:.1f}%, worst {self.max_error_pct:.1f}%"
         )
+        if self.kept:
+            out += f"; not constrained by these rows, kept from the cluster: {', '.join(self.kept)}"
+        if len(self.node_counts) == 1:
+            out += (
+                f"; every row is from {self.node_counts[0]} nodes, so predictions at other node counts "
+                "rest on the model's scaling alone (add logs from a second node count, e.g. 2 and 4)"
+            )
+        return out
 
 
 def fit_tuning(cluster: Cluster, points: Points) -> tuple[dict[str, float], np.ndarray]:
     """Fitted ``FITTED`` values and the model's times on ``points``. Values no point depends on keep the
-    cluster's value (``FastModel.uses``)."""
+    cluster's value (``FastModel.uses``; ``unconstrained`` names them)."""
     model = FastModel(cluster, points)
     y = np.log(points.time_s)
     prior = {k: float(getattr(cluster.tuning, k)) for k in FITTED}
@@ -303,7 +313,18 @@ def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> 
     params, pred = fit_tuning(cluster, points)
     err = np.abs(pred / points.time_s - 1.0) * 100
     calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names))
-    return Fit(calibrated, params, len(points), float(np.median(err)), float(err.max()), tuple(names))
+    return Fit(
+        calibrated, params, len(points), float(np.median(err)), float(err.max()), tuple(names),
+        kept=unconstrained(cluster, points),
+        node_counts=tuple(sorted({int(n) for n in points.nodes})),
+    )
+
+
+def unconstrained(cluster: Cluster, points: Points) -> tuple[str, ...]:
+    """The fitted parameters that no point's predicted time depends on (e.g. the tree efficiency when
+    every row ran as a ring)."""
+    uses = FastModel(cluster, points).uses
+    return tuple(k for k in FITTED if not uses[k])
 
 
 # ---- the plain alpha-beta ring baseline ----------------------------------------------------------------
