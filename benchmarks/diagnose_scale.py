@@ -9,7 +9,7 @@ Cases (``--cases``, comma-separated):
   bucket count (~200 all-reduce buckets per step: 1.3 B fp32 parameters in 25 MiB buckets), 31 M
   collective rows (target: ≤ 1.5 GB peak RSS, no slower than before);
 * ``synB``: synthetic, ``--ranks`` × ``--steps`` with ``--buckets`` buckets per step;
-* ``paperX``: the paper scenario on ``--nodes`` nodes × ``--steps`` steps (e.g. 128 × 600: 123 M rows,
+* ``paperX``: the paper scenario on ``--nodes`` nodes × ``--steps`` steps (e.g. 64 × 1,200: 123 M rows,
   more than the old code can hold here — measure it without ``--old-src``).
 
 Each measurement runs in a fresh process, so its peak RSS (ru_maxrss) covers loading and every
@@ -135,7 +135,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=512)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--buckets", type=int, default=200)
-    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--nodes", type=int, default=64)  # the paper cluster has 64 nodes
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     makers = {
