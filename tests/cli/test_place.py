@@ -36,3 +36,18 @@ def test_long_lines_are_not_wrapped_inside_a_number(cli, tmp_path):
     r = cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts), "--bytes", "5G")
     assert r.returncode == 0, r.stderr
     assert "cross-leaf traffic per all-reduce of 5.00 GiB: 30.00 GiB -> 15.00 GiB" in r.stdout
+
+
+def test_leaves_can_be_switch_names(cli, tmp_path):
+    # What a user copies from the fabric manager or SLURM topology.conf: switch names, not numbers.
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("a slots=8 leaf=ib-leaf-07\nb slots=8 leaf=ib-leaf-12\nc slots=8 leaf=ib-leaf-07\n"
+                     "d slots=8 leaf=ib-leaf-12\n")
+    r = cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["hosts"] == ["a", "c", "b", "d"] and d["leaves"] == ["ib-leaf-07"] * 2 + ["ib-leaf-12"] * 2
+    assert d["cross_leaf_edges"] == {"before": 4, "after": 2}
+    hosts.write_text("a leaf=\n")
+    r = cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts))
+    assert r.returncode == 2 and "cannot read 'leaf='" in r.stderr

@@ -24,7 +24,8 @@ import typer
 from fabricpace._errors import InputError
 from fabricpace.cli._common import check_format, parse_size
 
-_FIELD = re.compile(r"^(slots|max_slots|node|leaf)=(\d+)$")
+_FIELD = re.compile(r"^(slots|max_slots|node)=(\d+)$")
+_LEAF = re.compile(r"^leaf=([^\s=]+)$")  # a number or a switch name (ib-leaf-07): only equality matters
 _SYNTAX = "expected 'HOST [slots=N] [max_slots=M] [node=K] [leaf=L]'"
 
 
@@ -33,7 +34,7 @@ class Host:
     name: str
     slots: int | None
     node: int | None
-    leaf: int | None
+    leaf: str | None
     line: int
     max_slots: int | None = None
 
@@ -59,26 +60,32 @@ def parse_hosts(path: Path) -> list[Host]:
             continue
         name, *rest = line.split()
         vals: dict[str, int] = {}
+        leaf: str | None = None
         for tok in rest:
             m = _FIELD.match(tok)
-            if m is None:
+            if m is not None:
+                vals[m.group(1)] = int(m.group(2))
+                continue
+            lm = _LEAF.match(tok)
+            if lm is None:
                 raise InputError(f"{path}:{i}: cannot read {tok!r}; {_SYNTAX}")
-            vals[m.group(1)] = int(m.group(2))
+            leaf = lm.group(1)
         if name in seen:
             raise InputError(f"{path}:{i}: host {name!r} listed twice; list each host once (use slots=N)")
         seen.add(name)
         hosts.append(
-            Host(name, vals.get("slots"), vals.get("node"), vals.get("leaf"), i, vals.get("max_slots"))
+            Host(name, vals.get("slots"), vals.get("node"), leaf, i, vals.get("max_slots"))
         )
     if not hosts:
         raise InputError(f"{path}: no hosts; write one host per line, e.g. 'node01 slots=8'")
     return hosts
 
 
-def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[int]:
+def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[str]:
+    """Each host's leaf label: ``leaf=`` as written, else the cluster's leaf number of its node."""
     from fabricpace._errors import ConfigError
 
-    leaves = []
+    leaves: list[str] = []
     n_nodes = int(getattr(cluster, "nodes", 0))
     for pos, h in enumerate(hosts):
         if h.leaf is not None:
@@ -91,10 +98,15 @@ def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[int]:
                 "add node=K or leaf=L, or use a larger cluster file"
             )
         try:
-            leaves.append(int(cluster.leaf_of(node)))  # type: ignore[attr-defined]
+            leaves.append(str(int(cluster.leaf_of(node))))  # type: ignore[attr-defined]
         except ConfigError as exc:
             raise InputError(f"{path}:{h.line}: {exc}") from exc
     return leaves
+
+
+def _label(leaf: str) -> int | str:
+    """A leaf as JSON shows it: numbers stay numbers."""
+    return int(leaf) if leaf.isdigit() else leaf
 
 
 def _human(n: float) -> str:
@@ -128,7 +140,8 @@ def register(app: typer.Typer) -> None:
         cl = load_cluster(cluster)
         items = parse_hosts(hosts)
         leaves = host_leaves(items, cl, hosts)
-        plan = plan_placement(leaves, nbytes=size)
+        ids: dict[str, int] = {}
+        plan = plan_placement([ids.setdefault(v, len(ids)) for v in leaves], nbytes=size)
         # Leaves taken from line positions describe the given order as packed: nothing to improve
         # is then what the command was told, not what it found.
         from_positions = all(h.leaf is None and h.node is None for h in items)
@@ -143,7 +156,7 @@ def register(app: typer.Typer) -> None:
                         "cluster": cl.name,
                         "hosts": [h.name for h in ordered],
                         "order": list(plan.order),
-                        "leaves": [leaves[i] for i in plan.order],
+                        "leaves": [_label(leaves[i]) for i in plan.order],
                         "cross_leaf_edges": {"before": plan.edges_before, "after": plan.edges_after},
                         "cross_leaf_bytes": {
                             "before": plan.bytes_before,
