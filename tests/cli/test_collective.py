@@ -25,3 +25,19 @@ def test_too_many_nodes_names_the_option_and_the_limit(cli):
         "or use a cluster file with more (docs/cluster-files.md)"
     ]
     assert r.stdout == ""
+
+
+def test_calibrate_glob_form_equals_the_repeated_form(cli):
+    # `--calibrate logs/*.log` reaches the program as `--calibrate n2.log n4.log`: one fit on both.
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "fabric" / "data"
+    a, b = str(data / "h100ib_n2_all_reduce.log"), str(data / "h100ib_n4_all_reduce.log")
+    common = ("collective", "--nodes", "8", "--sizes", "1G", "--format", "json")
+    glob = cli(*common, "--calibrate", a, b)
+    repeated = cli(*common, "--calibrate", a, "--calibrate", b)
+    assert glob.returncode == 0 and repeated.returncode == 0, glob.stderr
+    assert json.loads(glob.stdout) == json.loads(repeated.stdout)
+    assert "from 2 logs" in glob.stderr
+    stray = cli(*common, a)  # a log without --calibrate is still a mistake
+    assert stray.returncode == 2 and "unexpected argument(s)" in stray.stderr

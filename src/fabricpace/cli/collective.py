@@ -1,7 +1,7 @@
 """fabricpace collective: predicted collective times on a cluster (fabric model), nccl-tests style.
 
 fabricpace collective --cluster dgx-h100-ib --op all_reduce --nodes 2,4,8,16,32 --sizes 32M,1G,8G
-fabricpace collective --cluster my.yaml --calibrate n2.log --calibrate n4.log --save-calibration fit.yaml
+fabricpace collective --cluster my.yaml --calibrate n2.log n4.log --save-calibration fit.yaml
 fabricpace collective --cluster roce-leaf-spine-2to1 --nodes 64 --sizes 1G --explain
 """
 
@@ -33,8 +33,10 @@ def _human(n: int) -> str:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
-    @app.command()
+    # Extra arguments are the rest of a shell glob after --calibrate (`--calibrate logs/*.log`).
+    @app.command(context_settings={"allow_extra_args": True})
     def collective(
+        ctx: typer.Context,
         cluster: str = typer.Option("dgx-h100-ib", "--cluster", help="preset name or cluster YAML file"),
         op: str = typer.Option(
             "all_reduce", "--op", help="all_reduce, all_gather, reduce_scatter, all_to_all or broadcast"
@@ -49,7 +51,9 @@ def register(app: typer.Typer) -> None:
         ),
         protocol: str | None = typer.Option(None, "--protocol", help="force LL|LL128|Simple"),
         calibrate: list[str] | None = typer.Option(
-            None, "--calibrate", help="nccl-tests logs to fit the model to (repeat, or comma-separate)"
+            None, "--calibrate",
+            help="nccl-tests logs to fit the model to: --calibrate a.log b.log (or logs/*.log), "
+            "repeat the option, or comma-separate",
         ),
         save_calibration: Path | None = typer.Option(
             None, "--save-calibration", help="write the calibrated cluster file here (never overwrites)"
@@ -64,6 +68,13 @@ def register(app: typer.Typer) -> None:
         from fabricpace.fabric import collective_time, load_cluster
 
         check_format(fmt, ("table", "json", "csv"))
+        if ctx.args:
+            if not calibrate:
+                raise InputError(
+                    f"collective: unexpected argument(s) {' '.join(ctx.args)}; "
+                    "see 'fabricpace collective --help'"
+                )
+            calibrate = [*calibrate, *ctx.args]
         cl = load_cluster(cluster)
         if nodes is None:  # the default list, cut to what the cluster has (a 16-node file is valid)
             node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
