@@ -61,7 +61,16 @@ def test_findings_section_orders_and_labels() -> None:
                 "severity_ci_pct": [11.0, 14.0],
                 "confidence": 0.99,
                 "culprits": {"ranks": [5], "nodes": [1]},
-                "evidence": {"last_arriver_share": 0.97, "shared_locality": {"attribute": "gpu"}},
+                # As the diagnosis wrote it for the README's ex1 run (U7's report: a raw dict dump).
+                "evidence": {
+                    "last_arriver_share": 0.97,
+                    "median_lateness_ms": 21.506565,
+                    "component_excess_ms": {"compute": 22.91, "data": -0.004997, "gc": 0.05412, "paced": 0},
+                    "transfer_inflation_median": 1.769863,
+                    "cause": "slower own compute",
+                    "steps": 180,
+                    "shared_locality": None,
+                },
                 "what_if_saving_pct": 12.0,
                 "recommendation": "drain <node 1>",
             },
@@ -70,10 +79,16 @@ def test_findings_section_orders_and_labels() -> None:
     }
     html = findings_html(diag, None)
     assert html.index("persistent_straggler") < html.index("sync_amplification")  # most severe first
-    assert "12.5% [CI 11.0–14.0]" in html and "ranks 5; nodes 1" in html
+    assert "12.5% [CI 11.0–14.0]" in html and "rank 5; node 1" in html
     assert "drain &lt;node 1&gt;" in html  # escaped
-    assert "shared_locality = {attribute: gpu}" in html
-    assert "no cluster file" in html
+    evidence = html[html.index('<ul class="evidence">') + 21 : html.index("</ul>")]
+    for shown in ("last arriver share: 97.0%", "median lateness: 21.51 ms",
+                  "component excess: compute +22.91 ms; gc +0.05 ms", "transfer inflation median: ×1.77",
+                  "cause: slower own compute", "steps: 180"):
+        assert f"<li>{shown}</li>" in evidence, (shown, evidence)
+    for raw in ("None", "{", "=", "_", "-0.00", "data", "paced", "shared locality"):
+        assert raw not in evidence, (raw, evidence)
+    assert "topology_contention (run8): no cluster file" in html
     assert "Healthy" in findings_html({"healthy": True, "findings": []}, None)
     assert "Undecided" in findings_html(
         {"healthy": False, "findings": [], "abstained": ["too few steps"]}, None
@@ -139,3 +154,68 @@ def test_cli_report_with_findings(cli, tiny_run: Path, tmp_path: Path) -> None: 
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "<h2>Findings</h2>" in html and "tiny" in html
+
+
+def _bucketed_run(out: Path) -> Path:
+    """2 ranks × 3 steps of 100 ms; 4 DDP-style buckets per step launched 1 ms apart without waiting:
+    rank 0 enters them at +10..+13 ms, rank 1 (slow) at +50..+53 ms, all finish at +60..+63 ms.
+
+    By hand: rank 0 waits in [10, 50], [11, 51], [12, 52], [13, 53] — overlapping, 43 ms in all (their
+    sum, 160 ms, is longer than the step); rank 1 waits 0. Skew wait per rank-step (43 + 0) / 2 =
+    21.5 ms = 21.5% of the 100 ms step.
+    """
+    from fabricpace.run import Manifest, RunWriter
+
+    ms = 1_000_000
+    w = RunWriter(out, Manifest(source="test", world_size=2, nodes=1, gpus_per_node=2))
+    for r in range(2):
+        starts = [0, 100, 200]
+        enter = 10 if r == 0 else 50
+        blocked = [(63 - enter) * ms] * 3  # from the first bucket's launch to the last one's end
+        w.write("steps", {"rank": [r] * 3, "step": [0, 1, 2], "t_start_ns": [s * ms for s in starts],
+                          "t_end_ns": [(s + 100) * ms for s in starts], "compute_ns": [enter * ms] * 3,
+                          "wait_ns": blocked, "comm_ns": blocked, "data_ns": [0] * 3, "gc_ns": [0] * 3,
+                          "paced_ns": [0] * 3, "samples": [8] * 3}, rank=r)
+        rows = [(step, s + enter + b, s + 60 + b, 4 * step + b)
+                for step, s in enumerate(starts) for b in range(4)]
+        w.write("collectives", {
+            "rank": [r] * 12, "step": [x[0] for x in rows], "seq": [x[3] for x in rows], "group": ["dp"] * 12,
+            "op": ["all_reduce"] * 12, "bytes": [1 << 20] * 12,
+            "t_enter_ns": [x[1] * ms for x in rows], "t_exit_ns": [x[2] * ms for x in rows],
+        }, rank=r)
+    w.close()
+    return out
+
+
+def test_skew_wait_counts_overlapping_bucket_waits_once(tmp_path: Path) -> None:
+    """U7: the README's ex1 run showed "skew wait / step 161.6%" — per-bucket waits summed."""
+    run = load_run(_bucketed_run(tmp_path / "b"))
+    s = rd.summarize(run, "b")
+    assert s.skew_share == pytest.approx(0.215)
+    assert rd.breakdown(run)["skew_wait"].to_list() == pytest.approx([43.0, 0.0])
+    # Streamed in chunks of about one step (instances never split): the same answer.
+    from fabricpace.run.reader import StepChunks
+
+    streamed = rd.collective_stats(StepChunks(tmp_path / "b"), rows_per_chunk=8)
+    assert sorted(streamed.waits.rows()) == sorted(rd.collective_stats(run).waits.rows())
+    assert "<td class=\"num\">21.5%</td>" in summary_table([s])
+
+
+@pytest.mark.parametrize("verb", ["report", "export"])
+def test_existing_output_file_is_never_overwritten(cli, tiny_run: Path, tmp_path: Path, verb: str) -> None:  # type: ignore[no-untyped-def]
+    """U7: report (default -o report.html) and export perfetto replaced files silently."""
+    out = tmp_path / ("report.html" if verb == "report" else "t.json")
+    out.write_text("the user's file\n")
+    argv = ("report", str(tiny_run), "--no-findings") if verb == "report" else (
+        "export", "perfetto", str(tiny_run))
+    r = cli(*argv, "-o", str(out))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "exists; choose a new file name" in lines[0], r.stderr
+    assert out.read_text() == "the user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no temp file left behind
+    # The default name too: run where report.html already exists.
+    if verb == "report":
+        r = cli("report", str(tiny_run), "--no-findings", cwd=tmp_path)
+        assert r.returncode == 2 and "report.html: exists" in r.stderr, r.stderr
+        assert out.read_text() == "the user's file\n"

@@ -122,7 +122,9 @@ def register(app: typer.Typer) -> None:
     @export_app.command("perfetto")
     def export_perfetto_cmd(
         run_dir: Path = typer.Argument(..., help="Run directory."),
-        out: Path = typer.Option(..., "-o", "--out", help="Chrome trace JSON to write (e.g. trace.json)."),
+        out: Path = typer.Option(
+            ..., "-o", "--out", help="New Chrome trace JSON file (e.g. trace.json); never overwrites one."
+        ),
         steps: str | None = typer.Option(None, "--steps", help="FIRST:LAST steps to export (default all)."),
         ops: bool = typer.Option(False, "--ops/--no-ops", help="Include per-op rows (can be large)."),
     ) -> None:
@@ -135,7 +137,9 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report_cmd(
         run_dirs: list[Path] = typer.Argument(..., help="One or more run directories (several: scaling)."),
-        out: Path = typer.Option(Path("report.html"), "-o", "--out", help="HTML file to write."),
+        out: Path = typer.Option(
+            Path("report.html"), "-o", "--out", help="New HTML file to write (never overwrites one)."
+        ),
         steps: str | None = typer.Option(
             None, "--steps", help="FIRST:LAST steps for the timeline (default: around the slowest step)."
         ),

@@ -15,7 +15,7 @@ from fabricpace.diagnose.culprits import CulpritScan, component_excess, componen
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.locality import shared_locality
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, nanmedian, whatif_saving
+from fabricpace.diagnose.stats import block_bootstrap, named, nanmedian, whatif_saving
 
 
 def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
@@ -83,17 +83,20 @@ def culprit_finding(
     loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
     evidence["shared_locality"] = loc
     nodes = nodes_of(m, ranks)
-    where = f"{loc['attribute']} {', '.join(map(str, loc['values']))}" if loc else f"ranks {ranks[:8]}"
+    where = named(loc["attribute"], loc["values"]) if loc else named("rank", ranks)
+    many = len(loc["values"] if loc else ranks) > 1
+    it = "them" if many else "it"
     if mode == "persistent_straggler":
         rec = (
             f"The job waits for {where} in most steps ({_cause(comp)}). Check that hardware (thermals, "
-            "clocks, PCIe/NIC errors, noisy neighbours), drain or replace it, or shift samples away from it "
-            "(fabricpace pacing 'rebalance')."
+            f"clocks, PCIe/NIC errors, noisy neighbours), drain or replace {it}, or shift samples away from "
+            f"{it} (fabricpace pacing 'rebalance')."
         )
     else:
         rec = (
-            f"{where} wait(s) on the data loader more than their peers: check that node's storage/CPU, add "
-            "DataLoader workers or prefetching there, or shift samples away from it (pacing 'rebalance')."
+            f"{where[0].upper()}{where[1:]} {'wait' if many else 'waits'} on the data loader more than "
+            "their peers: check that node's storage/CPU, add "
+            f"DataLoader workers or prefetching there, or shift samples away from {it} (pacing 'rebalance')."
         )
     stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
     return Finding(

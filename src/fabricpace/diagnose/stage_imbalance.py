@@ -19,7 +19,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics, _dense
 from fabricpace.diagnose.persistent_straggler import nodes_of
-from fabricpace.diagnose.stats import block_bootstrap, loo_median, nanmedian
+from fabricpace.diagnose.stats import block_bootstrap, loo_median, named, nanmedian
 
 _COMM = (
     r"(?i)(comm|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|broadcast|"
@@ -108,7 +108,8 @@ def detect(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str,
                 evidence=evidence,
                 what_if_saving_pct=100 * saving,
                 recommendation=(
-                    f"Pipeline stage(s) {stages} carry more work than the others: move layers from them to "
+                    f"Pipeline {named('stage', stages)} {'carry' if len(stages) > 1 else 'carries'} more "
+                    f"work than the others: move layers from {'them' if len(stages) > 1 else 'it'} to "
                     f"stage {fastest} (the lightest), or rebalance the partition by measured time, "
                     "not layer count."
                 ),

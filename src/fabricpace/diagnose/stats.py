@@ -154,3 +154,24 @@ def fmt_ranks(ids: list[int], limit: int = 12) -> str:
             start = prev = v
     text = ", ".join(parts[:limit])
     return text + (f", … (+{len(parts) - limit})" if len(parts) > limit else "")
+
+
+_PLURALS = {"leaf": "leaves", "numa": "NUMA domains", "gpu": "GPUs", "nic": "NICs"}
+_SINGULAR = {"numa": "NUMA domain", "gpu": "GPU", "nic": "NIC"}
+
+
+def prose_list(values: list[Any], limit: int = 8) -> str:
+    """[3] -> '3'; [3, 5] -> '3 and 5'; [3, 5, 7] -> '3, 5 and 7'; long lists end '… and 4 more'."""
+    items = [str(v) for v in values]
+    if len(items) > limit:
+        return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def named(noun: str, values: list[Any], limit: int = 8) -> str:
+    """'rank 3', 'ranks 3 and 5', 'nodes 1, 2 and 4', 'GPU 0:1' — a noun and its ids, for prose."""
+    if len(values) == 1:
+        return f"{_SINGULAR.get(noun, noun)} {values[0]}"
+    return f"{_PLURALS.get(noun, noun + 's')} {prose_list(values, limit)}"

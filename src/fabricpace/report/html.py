@@ -22,8 +22,11 @@ import plotly.graph_objects as go
 import polars as pl
 
 from fabricpace._errors import InputError
+from fabricpace.diagnose.stats import named
 from fabricpace.report import data as rd
 from fabricpace.report import figures
+from fabricpace.report.evidence import items as evidence_items
+from fabricpace.report.output import check_new_file, publish
 from fabricpace.report.timeline import timeline_figure
 from fabricpace.run.reader import RunData, StepChunks, load_run
 from fabricpace.run.schema import COLLECTIVE_COLUMNS
@@ -44,6 +47,8 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .healthy{border-left:5px solid #54A24B;background:#f4fbf3;padding:8px 14px;margin:10px 0}
 .note{border-left:5px solid #999;background:#f7f7f7;padding:8px 14px;margin:10px 0}
 .finding h3{margin:4px 0} code{background:#f1f1f1;padding:0 3px}
+ul.evidence{margin:2px 0 4px;padding-left:20px;columns:2 360px;font-size:13px}
+ul.evidence li{break-inside:avoid}
 """
 
 
@@ -57,17 +62,6 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def _value(v: Any) -> str:
-    """Evidence values: numbers rounded, nested mappings and lists written compactly."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
@@ -92,7 +86,12 @@ def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
 
 
 def _culprits(c: dict[str, Any]) -> str:
-    parts = [f"{k} {', '.join(str(v) for v in vals)}" for k, vals in c.items() if vals]
+    """{'ranks': [3], 'nodes': [0, 1]} -> 'rank 3; nodes 0 and 1' (links listed as they are)."""
+    parts = [
+        ", ".join(map(str, vals)) if k == "links" else named(k.rstrip("s"), list(vals), limit=12)
+        for k, vals in c.items()
+        if vals
+    ]
     return "; ".join(parts) if parts else "–"
 
 
@@ -116,7 +115,8 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
     for f in sorted(found, key=lambda f: -(f.get("severity_pct") or 0.0)):
         sev = f.get("severity_pct")
         cls = "finding" if (sev or 0) >= 5 else "finding low"
-        evidence = "; ".join(f"{_esc(k)} = {_esc(_value(v))}" for k, v in (f.get("evidence") or {}).items())
+        shown = evidence_items(f.get("evidence") or {})
+        evidence = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in shown)
         ci = f.get("severity_ci_pct")
         ci_text = ""
         if isinstance(ci, list | tuple) and len(ci) == 2:
@@ -126,14 +126,19 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
             f'<div class="{cls}"><h3>{_esc(f.get("mode", "?"))}{_esc(where)} — {_fmt(sev, 1)}%{ci_text} of '
             f'step time lost (confidence {_esc(_fmt(f.get("confidence")))})</h3>'
             f"<div><b>Culprits:</b> {_esc(_culprits(f.get('culprits') or {}))}</div>"
-            f"<div><b>Evidence:</b> {evidence or '–'}</div>"
-            f"<div><b>What-if:</b> fixing it would save about {_fmt(f.get('what_if_saving_pct'), 1)}%"
+            + (f'<div><b>Evidence:</b><ul class="evidence">{evidence}</ul></div>' if evidence else
+               "<div><b>Evidence:</b> –</div>")
+            + f"<div><b>What-if:</b> fixing it would save about {_fmt(f.get('what_if_saving_pct'), 1)}%"
             " of step time</div>"
             f"<div><b>Recommendation:</b> {_esc(f.get('recommendation', '–'))}</div></div>"
         )
     abstained = diag.get("abstained") or []
     if abstained:
-        texts = [a if isinstance(a, str) else ", ".join(f"{k}: {v}" for k, v in a.items()) for a in abstained]
+        texts = [
+            a if isinstance(a, str) else f"{a.get('mode', '?')} ({Path(str(a.get('run', '?'))).name}): "
+            f"{a.get('reason', '?')}"
+            for a in abstained
+        ]
         items = "".join(f"<li>{_esc(t)}</li>" for t in texts)
         out.append(f'<div class="note"><b>Could not decide</b> (abstained):<ul>{items}</ul></div>')
     return "\n".join(out)
@@ -290,14 +295,13 @@ def write_report(
     cluster: Path | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """Render and write the report atomically (temp file + rename); returns its path."""
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a file name such as report.html")
-    if not path.parent.exists():
-        raise InputError(f"{path.parent}: folder does not exist; create it first")
+    """Render and write the report to the new file ``out`` atomically (never over an existing file)."""
+    path = check_new_file(out, "report.html")
     text = render_report(run_dirs, steps=steps, findings=findings, cluster=cluster, progress=progress)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        publish(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from fabricpace._errors import InputError
+from fabricpace.report.output import check_new_file, publish
 from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks, load_run
 
 STEP_TID, COLL_TID, OPS_TID = 1, 2, 3
@@ -82,12 +83,8 @@ def export_perfetto(
     steps: tuple[int, int] | None = None,
     ops: bool = False,
 ) -> Path:
-    """Write RUN_DIR as Chrome trace JSON to OUT (atomically); returns OUT."""
-    path = Path(out)
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a file name such as trace.json")
-    if not path.parent.exists():
-        raise InputError(f"{path.parent}: folder does not exist; create it first")
+    """Write RUN_DIR as Chrome trace JSON to the new file OUT (atomically; never over a file); returns OUT."""
+    path = check_new_file(out, "trace.json")
     # The collectives (one row per rank, collective and step) are streamed a chunk of steps at a time,
     # instances kept whole, so a run of any size exports in bounded memory.
     run = load_run(run_dir, tables=("ranks", "steps", "ops") if ops else ("ranks", "steps"))
@@ -115,7 +112,7 @@ def export_perfetto(
             if ops:
                 _write_events(fh, _op_events(o), first)
             fh.write("\n]}\n")
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
