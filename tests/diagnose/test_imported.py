@@ -89,3 +89,21 @@ def test_imported_whatif_trace(tmp_path, case):
         assert [g[0] for g in got] == ["stage_imbalance"] and got[0][2] == [2], got
     else:  # worker (dp 1, stage 3) is rank 3 * 4 + 1 = 13; judged against its own stage's ranks
         assert got == [("persistent_straggler", [13], [3])], got
+
+
+def test_scaling_split_of_imported_pipeline_runs_is_never_negative(tmp_path):
+    """U7: an imported What-if run with pipeline stages showed "exposed comm -15.00" ms. Its slow stage's
+    ranks end their steps later than the fast stage's, so the slowest rank's own work exceeds the step
+    time (the median over ranks): the split caps it there and says so instead of going negative."""
+    runs = []
+    for dp in (2, 4):
+        src = _write_whatif(tmp_path / f"src{dp}", steps=12, dp=dp, pp=2, slow_stage=1)
+        runs.append(whatif.import_whatif(src, tmp_path / f"run{dp}"))
+    s = diagnose(runs).scaling
+    assert s is not None
+    parts = ("compute_ms", "data_ms", "skew_ms", "exposed_comm_ms")
+    for r in s["rows"]:
+        assert all(r[p] >= 0 for p in parts), r
+        assert sum(r[p] for p in parts) == pytest.approx(r["step_ms"], rel=1e-9), r
+        assert r["work_over_step_steps"] > 0 and r["exposed_comm_ms"] == 0.0, r  # capped in every step
+    assert any("exceeds the step time" in n and "run4" in n for n in s["notes"]), s["notes"]

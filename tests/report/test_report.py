@@ -219,3 +219,29 @@ def test_existing_output_file_is_never_overwritten(cli, tiny_run: Path, tmp_path
         r = cli("report", str(tiny_run), "--no-findings", cwd=tmp_path)
         assert r.returncode == 2 and "report.html: exists" in r.stderr, r.stderr
         assert out.read_text() == "the user's file\n"
+
+
+def test_per_rank_timeline_gives_every_rank_a_row(tiny_run: Path) -> None:
+    """U7: with 4 ranks the report's "Per-rank timeline" collapsed to one ~20 px row (a fixed height for
+    margins + legend left no room for the bars). Checked on the figure as the report embeds it."""
+    html = render_report([tiny_run], findings=False)
+    start = html.index('id="phases-0"')
+    from dataclasses import replace
+
+    from fabricpace.report.html import default_steps
+    from fabricpace.report.timeline import timeline_figure
+    from fabricpace.run.reader import StepChunks
+
+    run = load_run(tiny_run, tables=("ranks", "steps"))
+    window = default_steps(run)
+    assert window is not None
+    fig = timeline_figure(replace(run, collectives=StepChunks(tiny_run).read(*window)), window)
+    lay = fig.layout
+    plot_px = lay.height - (lay.margin.t if lay.margin.t is not None else 100) - (
+        lay.margin.b if lay.margin.b is not None else 80)
+    assert plot_px >= 24 * 3, (lay.height, lay.margin)  # at least 24 px per rank
+    assert list(lay.yaxis.categoryarray) == ["rank 0", "rank 1", "rank 2"]
+    assert lay.legend.yref == "container"  # the legend has its own strip, not a share of the plot
+    # The report embeds this figure as it is (no layout override shrinking it again).
+    div = html[start : html.index("</script>", start)]
+    assert f'"height":{lay.height}' in div and '"categoryarray":["rank 0","rank 1","rank 2"]' in div

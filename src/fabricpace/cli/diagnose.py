@@ -157,6 +157,8 @@ def _print_text(d: dict[str, Any]) -> None:
                 f"Lost time as N grows goes mostly to: [bold]{s['dominant_loss']}[/bold] "
                 f"(efficiency at the largest size {s['efficiency_at_largest']:.1%})."
             )
+        for note in s.get("notes") or []:
+            con.print(f"[yellow]note:[/yellow] {note}")
 
 
 def register(app: typer.Typer) -> None:

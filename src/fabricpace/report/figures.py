@@ -182,4 +182,7 @@ def timeline(run: RunData, steps: tuple[int, int], *, max_ranks: int = 48) -> go
                      categoryorder="array", categoryarray=[f"rank {r}" for r in ranks])
     span = f"steps {lo}–{hi}" if hi > lo else f"step {lo}"
     title = f"Arrivals at the collectives of {span}: waiting for the last rank, then transfer"
-    return _layout(fig, title, height=int(min(1000, max(300, 22 * len(ranks) + 160))))
+    fig = _layout(fig, title, height=int(min(1000, max(300, 22 * len(ranks) + 160)) + 40))
+    # The legend in its own strip below the axis title (a share of the plot height put it on the title).
+    return fig.update_layout(margin={"b": 90},
+                             legend={"yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0})

@@ -166,10 +166,12 @@ def _diagnose(
 
 
 def default_steps(run: RunData, width: int = 1) -> tuple[int, int] | None:
-    """The slowest synchronized step and its neighbours: where the timeline is most instructive."""
+    """The slowest synchronized step after warm-up and its neighbours: where the timeline is most
+    instructive (the first steps are slow for reasons of their own: compilation, allocator, NCCL setup)."""
     sync = rd.synchronized_step_ns(run)
     if sync.height == 0:
         return None
+    sync = sync.slice(min(20, sync.height // 10))  # the diagnosis's default warm-up
     steps = sync["step"].to_numpy()
     i = int(sync["step_ns"].arg_max() or 0)
     return int(steps[max(0, i - width)]), int(steps[min(len(steps) - 1, i + width)])
@@ -204,7 +206,6 @@ def _run_sections(
         # The timelines draw a few steps: only those steps' collectives are read.
         run = replace(run, collectives=StepChunks(run.path).read(*window))
         phases = timeline_figure(run, window)  # the paper's Figure 2, shared with the study figures
-        phases.update_layout(legend={"orientation": "h", "y": -0.35}, margin={"b": 90})
         out.append(_fig_html(phases, f"phases-{idx}"))
         out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
     return out

@@ -22,6 +22,10 @@ SEGMENTS = (
     ("wait_ns", "wait (peers + exposed comm)", "#E45756"),
 )
 
+ROW_PX = 28  # height of one rank's row
+MIN_PLOT_PX = 160  # smallest plot area (a 1-rank timeline still reads as a chart)
+MAX_HEIGHT_PX = 1100  # 32 ranks (the most drawn) fit
+
 
 def pick_ranks(run: RunData, max_ranks: int) -> list[int]:
     """Up to ``max_ranks`` ranks: every rank for small jobs, else evenly spaced plus the slowest."""
@@ -87,13 +91,20 @@ def timeline_figure(run: RunData, steps: tuple[int, int] | None = None, *, max_r
                     hovertemplate="comm %{x:.2f} ms<extra>%{y}</extra>",
                 )
             )
+    # Sized in pixels, not as a share of the figure: a fixed share for margins and legend left ~20 px
+    # for the bars of 4 ranks (one visible row, bars on top of each other). Every rank gets a row of
+    # ROW_PX, the plot area at least MIN_PLOT_PX, and the legend sits in its own strip at the bottom.
+    shown = [f"rank {r}" for r in ranks if r in set(sel["rank"].to_list())]
+    top, bottom = 60, 110
+    plot = max(MIN_PLOT_PX, ROW_PX * len(shown))
     fig.update_layout(
         barmode="overlay",
         title={"text": f"Per-rank timeline, steps {steps[0]}–{steps[1]} ({run.manifest.source})", "x": 0},
         xaxis_title="time (ms)",
-        yaxis={"autorange": "reversed", "type": "category"},
-        height=int(min(1000, 120 + 22 * len(ranks))),
+        yaxis={"autorange": "reversed", "type": "category", "categoryorder": "array", "categoryarray": shown},
+        height=int(min(MAX_HEIGHT_PX, top + bottom + plot)),
+        margin={"l": 70, "r": 30, "t": top, "b": bottom},
         template="plotly_white",
-        legend={"orientation": "h", "y": -0.15},
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0},
     )
     return fig
