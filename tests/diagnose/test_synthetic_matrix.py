@@ -52,6 +52,22 @@ def test_mode_and_culprit(synth, name):
     assert f.severity_pct > 3 and 0 < f.confidence <= 1
     assert f.what_if_saving_pct > 0 and f.recommendation
     assert not d.healthy
+    # Prose for people: no Python reprs ("ranks [3]", "{...}", "None") and no "stage(s)"/"wait(s)".
+    texts = [f.recommendation, *(a.reason for a in d.abstained), *d.runs[0].warnings]
+    for text in texts:
+        for raw in ("[", "]", "{", "None", "(s)"):
+            assert raw not in text, (raw, text)
+
+
+def test_recommendations_name_culprits_in_words(synth):
+    """U7: "The job waits for ranks [3] in most steps" (a list repr in prose)."""
+    one = diagnose([synth("straggler_rank", **{**BASE, **CASES["straggler_rank"][0]})]).findings[0]
+    assert one.recommendation.startswith("The job waits for rank 5 (GPU1 on node 1) in most steps")
+    node = diagnose([synth("slow_node", **{**BASE, **CASES["slow_node"][0]})]).findings[0]
+    assert node.recommendation.startswith("The job waits for node 2 in most steps")
+    stage = diagnose([synth("slow_stage", **{**BASE, **CASES["slow_stage"][0]})]).findings[0]
+    assert stage.recommendation.startswith("Pipeline stage 2 carries more work than the others: move layers "
+                                           "from it to stage")
 
 
 def test_slow_node_names_the_node_as_shared_locality(synth):

@@ -8,6 +8,8 @@ replace the culprits' lateness with their peers' median and recompute each synch
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fabricpace.diagnose.config import DiagnoseConfig
@@ -15,7 +17,7 @@ from fabricpace.diagnose.culprits import CulpritScan, component_excess, componen
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.locality import shared_locality
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, named, nanmedian, whatif_saving
+from fabricpace.diagnose.stats import block_bootstrap, named, nanmedian, prose_list, whatif_saving
 
 
 def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
@@ -83,8 +85,7 @@ def culprit_finding(
     loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
     evidence["shared_locality"] = loc
     nodes = nodes_of(m, ranks)
-    where = named(loc["attribute"], loc["values"]) if loc else named("rank", ranks)
-    many = len(loc["values"] if loc else ranks) > 1
+    where, many = _where(ranks, loc)
     it = "them" if many else "it"
     if mode == "persistent_straggler":
         rec = (
@@ -95,7 +96,7 @@ def culprit_finding(
     else:
         rec = (
             f"{where[0].upper()}{where[1:]} {'wait' if many else 'waits'} on the data loader more than "
-            "their peers: check that node's storage/CPU, add "
+            f"{'their' if many else 'its'} peers: check that node's storage/CPU, add "
             f"DataLoader workers or prefetching there, or shift samples away from {it} (pacing 'rebalance')."
         )
     stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
@@ -110,6 +111,24 @@ def culprit_finding(
         what_if_saving_pct=100 * saving,
         recommendation=rec,
     )
+
+
+def _where(ranks: list[int], loc: dict[str, Any] | None) -> tuple[str, bool]:
+    """Who the job waits for, in words, and whether that is several things: 'node 2', 'rank 5 (GPU1 on
+    node 1)', 'ranks 3 and 7 (NIC mlx5_0)'. A node or leaf is named by itself; a GPU/NIC/NUMA slot goes
+    with its ranks (a slot name alone, '1:GPU1', means nothing to the reader)."""
+    if loc and loc["attribute"] in ("node", "leaf"):
+        return named(loc["attribute"], loc["values"]), len(loc["values"]) > 1
+    who = named("rank", ranks)
+    if loc:
+        noun = {"gpu": "GPU", "nic": "NIC", "numa": "NUMA domain"}.get(loc["attribute"], loc["attribute"])
+        slots = []
+        for v in loc["values"]:
+            node, sep, slot = str(v).partition(":")
+            slot = slot if slot[:1].isalpha() else f"{noun} {slot}"  # 'GPU1' as it is, '1' as 'GPU 1'
+            slots.append(f"{slot} on node {node}" if sep else f"{noun} {v}")
+        who += f" ({prose_list(slots)})"
+    return who, len(ranks) > 1
 
 
 def _score(m: RunMetrics, rows: np.ndarray) -> float | None:
