@@ -74,13 +74,16 @@ def _evidence_line(f: dict[str, Any]) -> str:
 def _culprits(c: dict[str, Any]) -> str:
     from fabricpace.diagnose.stats import fmt_ranks
 
+    def ids(noun: str, values: list[int], limit: int = 12) -> str:
+        return f"{noun if len(values) == 1 else noun + 's'} {fmt_ranks(values, limit=limit)}"
+
     out = []
     if c["ranks"]:
-        out.append(f"ranks {fmt_ranks(c['ranks'], limit=4)}")
+        out.append(ids("rank", c["ranks"], limit=4))
     if c["nodes"]:
-        out.append(f"nodes {fmt_ranks(c['nodes'], limit=4)}")
+        out.append(ids("node", c["nodes"], limit=4))
     if c["stages"]:
-        out.append(f"stages {fmt_ranks(c['stages'])}")
+        out.append(ids("stage", c["stages"]))
     if c["links"]:
         out.append(", ".join(c["links"][:3]))
     return "\n".join(out) or "-"
