@@ -72,3 +72,21 @@ def shared_locality(culprits: list[int], rank_info: pl.DataFrame, world: list[in
     vals = best["values"]
     best["values"] = [int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v for v in vals]
     return best
+
+
+_NOUN = {"gpu": "GPU", "nic": "NIC", "numa": "NUMA domain", "node": "node", "leaf": "leaf"}
+
+
+def slot_names(attribute: str, values: list[Any]) -> list[str]:
+    """Values of ``shared_locality`` in words: node-qualified slots '1:GPU1' -> 'GPU1 on node 1',
+    '0:1' -> 'GPU 1 on node 0'; plain values get the attribute's name ('NIC mlx5_0', 'node 2')."""
+    noun = _NOUN.get(attribute, attribute)
+    out = []
+    for v in values:
+        node, sep, slot = str(v).partition(":")
+        if sep and attribute in ("gpu", "nic", "numa"):
+            slot = slot if slot[:1].isalpha() else f"{noun} {slot}"  # 'GPU1' as it is, '1' as 'GPU 1'
+            out.append(f"{slot} on node {node}")
+        else:
+            out.append(f"{noun} {v}")
+    return out

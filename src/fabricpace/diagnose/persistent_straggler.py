@@ -15,7 +15,7 @@ import numpy as np
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan, component_excess, component_excess_rows
 from fabricpace.diagnose.findings import Culprits, Finding
-from fabricpace.diagnose.locality import shared_locality
+from fabricpace.diagnose.locality import shared_locality, slot_names
 from fabricpace.diagnose.metrics import RunMetrics
 from fabricpace.diagnose.stats import block_bootstrap, named, nanmedian, prose_list, whatif_saving
 
@@ -121,13 +121,7 @@ def _where(ranks: list[int], loc: dict[str, Any] | None) -> tuple[str, bool]:
         return named(loc["attribute"], loc["values"]), len(loc["values"]) > 1
     who = named("rank", ranks)
     if loc:
-        noun = {"gpu": "GPU", "nic": "NIC", "numa": "NUMA domain"}.get(loc["attribute"], loc["attribute"])
-        slots = []
-        for v in loc["values"]:
-            node, sep, slot = str(v).partition(":")
-            slot = slot if slot[:1].isalpha() else f"{noun} {slot}"  # 'GPU1' as it is, '1' as 'GPU 1'
-            slots.append(f"{slot} on node {node}" if sep else f"{noun} {v}")
-        who += f" ({prose_list(slots)})"
+        who += f" ({prose_list(slot_names(loc['attribute'], loc['values']))})"
     return who, len(ranks) > 1
 
 

@@ -214,7 +214,7 @@ def detect(
     if on_cross:
         where.append(f"{cross_share:.0%} of the excess on cross-leaf groups")
     if in_time:
-        where.append(f"inflated in {len(periods)} period(s) of steps")
+        where.append(f"inflated in {len(periods)} {'period' if len(periods) == 1 else 'periods'} of steps")
     if uniform_vs_model and not where:
         where.append("everywhere, against the fabric model")
     evidence = dict(metrics)

@@ -15,18 +15,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fabricpace.diagnose.locality import slot_names
+
 _MAX_ITEMS = 4
+_WORDS = {"cv": "CV", "z": "z-score", "iid": "iid"}
+_ID_NOUNS = ("stage", "rank", "node", "leaf")  # stage_work = {2: 104.0, ...} reads "stage 2 104.02 ms"
 
 
 def _unit(key: str) -> str:
     k = key.lower()
-    if k.endswith("_ms"):
+    if k.endswith("_ms") or "_ms_" in k:
         return "ms"
+    if "excess_over" in k:  # a relative excess: +30% over the median stage
+        return "share"
     if k.endswith("_pct"):
         return "pct"
     if "share" in k or k in ("precision", "confidence") or k.endswith("_made_of"):
         return "share"
-    if "inflation" in k:
+    if "inflation" in k or "max_over" in k:
         return "factor"
     if k.endswith("_z"):
         return "z"
@@ -58,11 +64,11 @@ def _number(v: float | int, unit: str, signed: bool = False) -> str:
 
 def label(key: str) -> str:
     """'median_lateness_ms' -> 'median lateness'; the unit goes with the value."""
-    k = key
+    k = key.replace("_ms_", "_")
     for suffix in ("_ms", "_pct"):
         if k.endswith(suffix):
             k = k[: -len(suffix)]
-    return k.replace("_", " ")
+    return " ".join(_WORDS.get(w, w) for w in k.split("_"))
 
 
 def value(key: str, v: Any, unit: str | None = None) -> str | None:
@@ -82,13 +88,13 @@ def value(key: str, v: Any, unit: str | None = None) -> str | None:
 
 def _mapping(key: str, v: dict[str, Any], unit: str) -> str | None:
     if {"attribute", "values"} <= set(v):  # shared_locality: what the culprits have in common
-        vals = v.get("values") or []
-        text = f"{v['attribute']} {', '.join(map(str, vals))}"
+        text = ", ".join(slot_names(str(v["attribute"]), list(v.get("values") or [])))
         extra = []
         if not _missing(v.get("precision")):
             extra.append(f"precision {float(v['precision']):.0%}")
-        if v.get("ranks_with_values") is not None:
-            extra.append(f"{v['ranks_with_values']} ranks have it")
+        n = v.get("ranks_with_values")
+        if n is not None:
+            extra.append(f"{n} {'rank has' if n == 1 else 'ranks have'} it")
         return text + (f" ({', '.join(extra)})" if extra else "")
     present = [x for x in v.values() if not _missing(x)]
     numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in present)
@@ -96,14 +102,16 @@ def _mapping(key: str, v: dict[str, Any], unit: str) -> str | None:
         # A breakdown (ms per component, share per cause): largest first, zeros left out.
         signed = "excess" in key
         items = sorted(((k, float(x)) for k, x in v.items() if not _missing(x)), key=lambda kv: -abs(kv[1]))
-        shown = [f"{k} {_number(x, unit, signed)}" for k, x in items
-                 if _number(x, unit) not in (_number(0.0, unit), _number(-0.0, unit))]
+        noun = key.split("_", 1)[0]
+        prefix = f"{noun} " if noun in _ID_NOUNS and all(str(k).isdigit() for k, _ in items) else ""
+        shown = [f"{prefix}{k}: {_number(x, unit, signed)}" if prefix else f"{k} {_number(x, unit, signed)}"
+                 for k, x in items if _number(x, unit) not in (_number(0.0, unit), _number(-0.0, unit))]
         return _cut(shown) if shown else None
     parts = []
     for k, x in v.items():
-        text = value(str(k), x)
-        if text is not None:
-            parts.append(f"{label(str(k))} {text}")
+        shown_x = value(str(k), x)
+        if shown_x is not None:
+            parts.append(f"{label(str(k))} {shown_x}")
     return ", ".join(parts) or None
 
 

@@ -254,7 +254,7 @@ def render_report(
     body = [
         "<h1>fabricpace report</h1>",
         f'<div class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · '
-        f"{len(runs)} run(s): {_esc(', '.join(names))}</div>",
+        f"{len(runs)} {'run' if len(runs) == 1 else 'runs'}: {_esc(', '.join(names))}</div>",
         findings_html(diag, note),
         "<h2>Runs</h2>",
         summary_table(summaries),
