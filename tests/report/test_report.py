@@ -245,3 +245,33 @@ def test_per_rank_timeline_gives_every_rank_a_row(tiny_run: Path) -> None:
     # The report embeds this figure as it is (no layout override shrinking it again).
     div = html[start : html.index("</script>", start)]
     assert f'"height":{lay.height}' in div and '"categoryarray":["rank 0","rank 1","rank 2"]' in div
+
+
+def test_evidence_of_every_shape_reads_as_words() -> None:
+    from fabricpace.report.evidence import items
+
+    got = dict(items({
+        "stage_work_ms": {"2": 104.02, "0": 79.98},
+        "stage_max_over_median": 1.3,
+        "slow_stage_excess_over_median_stage": 0.301,
+        "shared_locality": {"attribute": "gpu", "values": ["1:GPU1"], "precision": 1.0,
+                            "ranks_with_values": 1},
+        "hot_groups": [{"group": f"pair{i}", "excess_ms": 10.0 + i, "inflation": 4.0} for i in range(6)],
+        "skew_share_by_world_size": [[4, 0.031], [16, 0.052]],
+        "data_ms_per_step_median_rank": 20.52,
+        "period_runs_z": -10.87,
+        "notes": [],
+        "severity_ci_pct": None,
+    }))
+    assert got == {
+        "stage work": "stage 2: 104.02 ms; stage 0: 79.98 ms",
+        "stage max over median": "×1.30",
+        "slow stage excess over median stage": "30.1%",
+        "shared locality": "GPU1 on node 1 (precision 100%, 1 rank has it)",
+        "hot groups": "group pair0, excess 10.00 ms, inflation ×4.00; group pair1, excess 11.00 ms, "
+                      "inflation ×4.00; group pair2, excess 12.00 ms, inflation ×4.00; group pair3, excess "
+                      "13.00 ms, inflation ×4.00; … and 2 more",
+        "skew share by world size": "4: 3.1%; 16: 5.2%",
+        "data per step median rank": "20.52 ms",
+        "period runs z-score": "-10.87",
+    }
