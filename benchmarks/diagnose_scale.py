@@ -159,6 +159,8 @@ def main() -> None:
         for name, _ in versions:
             table.append((case, rows, "diagnose", name, _summary(runs[name]), runs[name][0]["modes"], same))
         if args.report:
+            for name, _ in versions:  # its own output of an earlier run (reports never overwrite)
+                (args.out / f"{case}-{name}.html").unlink(missing_ok=True)
             rep = {name: [_child(REPORT_CHILD, [str(path), str(args.out / f"{case}-{name}.html")], src)]
                    for name, src in reversed(versions)}
             for name, _ in versions:
