@@ -188,8 +188,8 @@ def test_rank_rows_are_collected_within_one_timeout_in_all():
 
 
 def test_window_summaries_reach_windows_parquet_in_parts_with_bounded_history(tmp_path):
-    # 80 one-step windows: more than the in-memory history (64) and two parts of 32 windows before
-    # the close; windows.parquet must still hold every window, and the parts must be gone.
+    # 80 one-step windows: more than the in-memory history (64); windows.parquet must still hold every
+    # window, and no part may be left behind.
     import polars as pl
 
     with observe(None, tmp_path / "run", window=1, config=CFG) as obs:
@@ -201,3 +201,27 @@ def test_window_summaries_reach_windows_parquet_in_parts_with_bounded_history(tm
     assert w.schema["steps"] == pl.Int64 and w.schema["step_mean_ns"] == pl.Float64
     assert not (obs.run_dir / "windows").exists()
     assert len(obs.window_history) == 64
+
+
+def test_window_log_writes_parts_and_joins_them_at_close(tmp_path):
+    # Parts as a 2,048-rank job writes them (here every 10 rows of a 3-rank job), joined in order.
+    import polars as pl
+
+    from fabricpace.observe._guard import Guard
+    from fabricpace.observe.chunks import ChunkSink
+    from fabricpace.observe.window_log import WindowLog
+    from fabricpace.run.window import WindowSummary
+
+    sink = ChunkSink(tmp_path, 0, Guard(0), threaded=True)
+    log = WindowLog(sink, part_rows=10)
+    fields = {f: 0.0 for f in WindowSummary.__dataclass_fields__ if f not in ("rank", "window")}
+    fields.update(first_step=0, steps=1)
+    for w in range(20):
+        log.add([WindowSummary(**{**fields, "rank": r, "window": w, "step_mean_ns": w * 10.0 + r})
+                 for r in range(3)])
+    assert sink.close(10.0)
+    assert len(list((tmp_path / "windows").glob("rank-*/part-*.parquet"))) == 5  # 4 windows (12 rows) each
+    log.finish(tmp_path)
+    w = pl.read_parquet(tmp_path / "windows.parquet")
+    assert w["step_mean_ns"].to_list() == [x * 10.0 + r for x in range(20) for r in range(3)]
+    assert not (tmp_path / "windows").exists()
