@@ -41,3 +41,14 @@ def test_calibrate_glob_form_equals_the_repeated_form(cli):
     assert "from 2 logs" in glob.stderr
     stray = cli(*common, a)  # a log without --calibrate is still a mistake
     assert stray.returncode == 2 and "unexpected argument(s)" in stray.stderr
+
+
+def test_calibrating_on_another_collective_gets_a_note(cli):
+    from pathlib import Path
+
+    log = str(Path(__file__).resolve().parents[1] / "fabric" / "data" / "h100ib_n2_all_reduce.log")
+    r = cli("collective", "--op", "all_gather", "--nodes", "8", "--sizes", "1G", "--calibrate", log)
+    assert r.returncode == 0, r.stderr
+    assert "calibrated on all_reduce logs but predicting all_gather" in r.stderr
+    same = cli("collective", "--op", "all_reduce", "--nodes", "8", "--sizes", "1G", "--calibrate", log)
+    assert "but predicting" not in same.stderr

@@ -96,6 +96,12 @@ def register(app: typer.Typer) -> None:
             fit = calibrate_cluster(cl, logs)
             cl = fit.cluster
             print(fit.summary(), file=sys.stderr)
+            if fit.ops and op not in fit.ops:
+                print(
+                    f"note: calibrated on {', '.join(fit.ops)} logs but predicting {op}: a fit carries over "
+                    f"poorly between collectives (docs/cluster-files.md); calibrate with {op} logs",
+                    file=sys.stderr,
+                )
             if save_calibration is not None:
                 from fabricpace.fabric.cluster import save_cluster
 

@@ -229,6 +229,7 @@ class Fit:
     logs: tuple[str, ...]
     kept: tuple[str, ...] = ()  # parameters no calibration row depends on: the cluster's values stay
     node_counts: tuple[int, ...] = ()  # node counts of the calibration rows
+    ops: tuple[str, ...] = ()  # collectives of the calibration rows
 
     def summary(self) -> str:
         vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items() if k not in self.kept)
@@ -317,6 +318,7 @@ def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> 
         calibrated, params, len(points), float(np.median(err)), float(err.max()), tuple(names),
         kept=unconstrained(cluster, points),
         node_counts=tuple(sorted({int(n) for n in points.nodes})),
+        ops=tuple(sorted({str(o) for o in points.op})),
     )
 
 
