@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from fabricpace._errors import InputError
 
@@ -71,3 +72,23 @@ def require_torch(what: str) -> None:
         raise InputError(
             f"{what} starts real training ranks and needs torch; pip install 'fabricpace[torch]'"
         )
+
+
+def stderr_progress(enabled: bool = True) -> Any:
+    """A rich progress bar (description, bar, n/total, elapsed) on stderr, for long CLI work.
+
+    Off when stderr is not a terminal: a redirected bar only leaves a blank line in front of an
+    error, which must be the one line the user sees; stdout (``--format json``) is never touched."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not (enabled and err.is_terminal),
+    )

@@ -187,22 +187,12 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--format {fmt!r}: choose text or json")
         if chunk_rows is not None and chunk_rows < 1:
             raise InputError(f"--chunk-rows {chunk_rows}: must be a positive number of rows")
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
+        from fabricpace.cli._common import stderr_progress
         from fabricpace.diagnose import DiagnoseConfig, diagnose
 
         config = DiagnoseConfig(chunk_rows=chunk_rows) if chunk_rows is not None else None
-        err = Console(stderr=True)  # progress on stderr only: stdout stays pure JSON with --format json
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        ) as progress:
+        # progress on stderr only: stdout stays pure JSON with --format json
+        with stderr_progress() as progress:
             task = progress.add_task("diagnosing", total=None)
             order = {str(p): i + 1 for i, p in enumerate(run_dirs)}
 

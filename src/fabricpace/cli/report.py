@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format
+from fabricpace.cli._common import check_format, stderr_progress
 
 
 @contextmanager
@@ -149,21 +149,9 @@ def register(app: typer.Typer) -> None:
         cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file for the diagnosis."),
     ) -> None:
         """Write one self-contained offline HTML report for the run(s)."""
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
         from fabricpace.report.html import write_report
 
-        err = Console(stderr=True)
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        ) as bar:
+        with stderr_progress() as bar:
             task = bar.add_task("report", total=None)
 
             def tick(what: str, done: int, total: int) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, parse_int_list, require_torch
+from fabricpace.cli._common import check_format, parse_int_list, require_torch, stderr_progress
 
 
 def _default_out(prefix: str) -> Path:
@@ -38,24 +38,6 @@ def _check_counts(*, window: int, warmup: int | None) -> None:
         raise InputError(f"--window {window}: must be at least 1 (steps per pacing window)")
     if warmup is not None and warmup < 0:
         raise InputError(f"--warmup {warmup}: must be 0 or more (steps left out of the measurement)")
-
-
-def _stderr_progress(total: int, label: str, enabled: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    err = Console(stderr=True)
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        # Off when stderr is not a terminal: a redirected bar only leaves a blank line in front of
-        # an error, which must be the one line the user sees.
-        disable=not (enabled and err.is_terminal),
-    )
 
 
 def _fmt_ci(row: dict[str, Any]) -> str:
@@ -141,7 +123,7 @@ def register(app: typer.Typer) -> None:
                 leaves=rank_leaves(cl, nodes=nodes, node_order=launch),
             )
         out_dir = out if out is not None else _default_out("sim")
-        with _stderr_progress(steps, "simulate", fmt != "json") as bar:
+        with stderr_progress(fmt != "json") as bar:
             task = bar.add_task(f"simulating {nodes} nodes", total=steps)
             run_dir = run_sim(
                 cluster,
@@ -248,7 +230,7 @@ def register(app: typer.Typer) -> None:
                     f"cluster ({plan.cluster}) has {have}; lower study.nodes or raise the cluster's nodes"
                 )
         total = len(plan.points())
-        with _stderr_progress(total, "study", True) as bar:
+        with stderr_progress() as bar:
             task = bar.add_task(f"study ({backend})", total=total)
             result = run_study(plan, progress=lambda label: bar.update(task, advance=1, description=label))
         written = []
