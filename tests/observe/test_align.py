@@ -29,11 +29,7 @@ def test_inconsistent_rounds_fall_back_to_tightest():
 
 def test_exchange_over_real_store_recovers_37ms():
     torch = pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    master = torch.distributed.TCPStore("127.0.0.1", port, 2, True, wait_for_workers=False)
-    client = torch.distributed.TCPStore("127.0.0.1", port, 2, False)
+    master, client = _store_pair(torch, 2)
     shift = 37_000_000
     results = {}
 

@@ -164,19 +164,16 @@ def test_the_leaf_from_the_environment_reaches_ranks_parquet(tmp_path, monkeypat
     assert run.ranks["leaf"].to_list() == [0] and run.ranks["leaf_name"].to_list() == ["leaf-a7"]
 
 
-def test_rank_rows_are_collected_within_one_timeout_in_all():
+def test_rank_rows_are_collected_within_one_timeout_in_all(launcher):
     # Ranks that never published their row (they never called observe) cost rank 0 one timeout in
     # all, not one each: 19 missing ranks at 0.3 s each used to hold it for 5.7 s.
-    import socket
     from types import SimpleNamespace
 
     torch = pytest.importorskip("torch")
     from fabricpace.observe.sidechannel import SideChannel
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    store = torch.distributed.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
+    _launch, free_port = launcher
+    store = torch.distributed.TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
     channel = SideChannel(store, "t", 10.0)
     channel.set_json("rank/0", {"rank": 0, "host": "h"})
     fake = SimpleNamespace(world=20, channel=channel)

@@ -160,6 +160,10 @@ class ChunkSink:
         else:
             self._write(chunk, base_ns)
 
+    def write_now(self, chunk: dict[str, Any], base_ns: int) -> None:
+        """Write rows on the calling thread (after ``close``: the last rows of rank 0's window log)."""
+        self._write(chunk, base_ns)
+
     def _write(self, chunk: dict[str, Any], base_ns: int) -> None:
         if not self.enabled:
             return

@@ -62,7 +62,7 @@ class WindowLog:
         """After the sink drained: the last part inline, then every part into windows.parquet."""
         if self._buffer:
             buf, self._buffer, self._rows = self._buffer, [], 0
-            self.sink._write({"windows": buf}, 0)
+            self.sink.write_now({"windows": buf}, 0)
         parts_dir = run_dir / "windows"
         parts = sorted(parts_dir.glob("rank-*/part-*.parquet"))
         if not parts:
