@@ -6,7 +6,8 @@ read a few million rows at a time (``StepChunks``; instances are never split acr
 chunk is reduced at once to
 
 * its per-instance aggregates (one row per ``(group, seq)``: kept, the instance table is small);
-* the per-row lateness and wait, folded straight into dense [rank, step] matrices (max and sum);
+* the per-row lateness and wait, folded straight into dense [rank, step] matrices (lateness: max;
+  wait: the union of a rank-step's wait intervals, so overlapping collectives count once);
 * the (group, rank) pairs seen (group membership, for ``topology_contention``).
 
 No per-row frame of the whole run is ever built, so memory is bounded by one chunk plus the matrices.
@@ -55,6 +56,10 @@ class _Grid:
         self.steps = steps
         self.late = np.full((ranks.size, steps.size), -np.inf)
         self.wait = np.zeros((ranks.size, steps.size))
+        # First start and last end of a cell's waits: a cell whose rows came in two chunks (an instance
+        # held over) adds two unions, which can overlap; the span caps them.
+        self.first = np.full((ranks.size, steps.size), np.inf)
+        self.last = np.full((ranks.size, steps.size), -np.inf)
 
     def add_ranks(self, ranks: np.ndarray) -> None:
         new = np.setdiff1d(ranks, self.ranks)
@@ -62,12 +67,22 @@ class _Grid:
             return
         merged = np.union1d(self.ranks, new)
         old_pos = np.searchsorted(merged, self.ranks)
-        late = np.full((merged.size, self.steps.size), -np.inf)
-        wait = np.zeros((merged.size, self.steps.size))
+        shape = (merged.size, self.steps.size)
+        late, wait = np.full(shape, -np.inf), np.zeros(shape)
+        first, last = np.full(shape, np.inf), np.full(shape, -np.inf)
         late[old_pos], wait[old_pos] = self.late, self.wait
-        self.ranks, self.late, self.wait = merged, late, wait
+        first[old_pos], last[old_pos] = self.first, self.last
+        self.ranks, self.late, self.wait, self.first, self.last = merged, late, wait, first, last
 
-    def fold(self, rank: np.ndarray, step: np.ndarray, late: np.ndarray, wait: np.ndarray) -> None:
+    def fold(
+        self,
+        rank: np.ndarray,
+        step: np.ndarray,
+        late: np.ndarray,
+        wait: np.ndarray,
+        first: np.ndarray,
+        last: np.ndarray,
+    ) -> None:
         ri = index_of(rank, self.ranks)
         si = index_of(step, self.steps)
         ok = (ri >= 0) & (si >= 0)
@@ -76,6 +91,12 @@ class _Grid:
         # integer nanoseconds are exact in float64, so the order of the rows does not matter.
         np.maximum.at(self.late.reshape(-1), flat, late[ok])
         np.add.at(self.wait.reshape(-1), flat, wait[ok])
+        np.minimum.at(self.first.reshape(-1), flat, first[ok])
+        np.maximum.at(self.last.reshape(-1), flat, last[ok])
+
+    def capped_wait(self) -> np.ndarray:
+        span = np.where(np.isfinite(self.first), self.last - self.first, 0.0)
+        return np.minimum(self.wait, np.maximum(span, 0.0))
 
 
 @dataclass(kw_only=True)
@@ -86,7 +107,7 @@ class Arrivals:
     rows: int  # usable rows (step, t_enter_ns and t_exit_ns known)
     instances: pl.DataFrame | None  # one row per instance (None without usable rows)
     late: np.ndarray | None  # [ranks, steps] lateness, max per cell (NaN where no arrival row)
-    wait: np.ndarray | None  # [ranks, steps] wait, summed per cell (NaN where no arrival row)
+    wait: np.ndarray | None  # [ranks, steps] wait, union of a cell's waits (NaN where no arrival row)
     members: pl.DataFrame  # (group, rank) pairs seen
     chunks: int  # chunks read (1 for an in-memory table)
 
@@ -135,20 +156,45 @@ def _chunk(c: pl.DataFrame, aligned: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     else:
         wait = pl.col("inside_ns") - pl.col("min_inside")
         late = pl.col("median_inside") - pl.col("inside_ns")
-    # Only the columns needed travel through the join (memory is what bounds the chunk size).
-    q = (
+    # A rank's wait in one collective is the interval [t_enter, t_enter + wait] on its own clock (no
+    # common clock needed). Collectives launched back to back (DDP buckets, FSDP prefetches on their
+    # own streams) overlap: a rank held up 20 ms by one slow peer waits ~20 ms in each of them, so a
+    # rank-step's wait is the union of its intervals, not their sum (the sum read as several times
+    # the step). Only the columns needed travel through the join (memory bounds the chunk size).
+    rs = ["rank", "step"]
+    intervals = (
         c.lazy()
-        .select("rank", "step", *KEYS, value)
+        .select(*rs, *KEYS, *dict.fromkeys(["t_enter_ns", value]))
         .join(arrival.lazy(), on=KEYS, how="inner")
-        .select("rank", "step", wait.alias("wait_ns"), late.alias("late_ns"))
+        .select(
+            *rs,
+            late.alias("late_ns"),
+            pl.col("t_enter_ns").alias("a"),
+            (pl.col("t_enter_ns") + wait.clip(lower_bound=0)).alias("b"),
+        )
     )
-    cells = c["rank"].n_unique() * c["step"].n_unique()  # at most this many (rank, step) cells
-    if c.height >= 8 * cells:
-        # Many collectives per rank and step (DDP buckets): fold them per cell here, in parallel.
-        q = q.group_by("rank", "step").agg(pl.col("wait_ns").sum(), pl.col("late_ns").max())
-    arr = q.collect()
+    arr = interval_union(intervals, rs, pl.col("late_ns").max()).collect()
     inst = inst.with_columns(pl.col("group").cast(pl.String))
     return inst, arr
+
+
+def interval_union(q: pl.LazyFrame, by: list[str], *aggs: pl.Expr) -> pl.LazyFrame:
+    """Per ``by`` group, the total length of the union of intervals ``[a, b]`` (``wait_ns``), the first
+    start (``first_ns``) and the last end (``last_ns``), plus ``aggs``: one sort, no per-group Python."""
+    return (
+        q.sort([*by, "a"])
+        .with_columns(pl.col("b").cum_max().shift(1).over(by).alias("covered"))
+        .group_by(by)
+        .agg(
+            (pl.col("b") - pl.max_horizontal("a", pl.col("covered").fill_null(pl.col("a"))))
+            .clip(lower_bound=0)
+            .sum()
+            .alias("wait_ns"),
+            pl.col("a").min().alias("first_ns"),
+            pl.col("b").max().alias("last_ns"),
+            *aggs,
+        )
+    )
 
 
 def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
@@ -200,6 +246,8 @@ def _pass(
             arr["step"].to_numpy().astype(np.int64),
             arr["late_ns"].cast(pl.Float64).to_numpy(),
             arr["wait_ns"].cast(pl.Float64).to_numpy(),
+            arr["first_ns"].cast(pl.Float64).to_numpy(),
+            arr["last_ns"].cast(pl.Float64).to_numpy(),
         )
     return grid, insts, members, rows
 
@@ -252,7 +300,7 @@ def arrivals(
         progress(1, 1)
     seen = np.isfinite(grid.late)
     late = np.where(seen, grid.late, np.nan)
-    wait = np.where(seen, grid.wait, np.nan)
+    wait = np.where(seen, grid.capped_wait(), np.nan)
     member = (
         pl.concat(members).unique()
         if members

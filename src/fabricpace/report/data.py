@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from fabricpace.diagnose.arrivals import interval_union
 from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks
 
 MS = 1e6  # ns per ms
@@ -99,23 +100,14 @@ def _chunk_stats(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # shows ~20 ms at each of a step's buckets. The time it waited is their union, not their sum
     # (the sum over 4 buckets read as 139% of the step on the README's ex1 run).
     rs = ["rank", "step"]
-    waits = (
+    intervals = (
         narrow.lazy()
         .join(inst.lazy().filter(pl.col("n") >= 2).select(*keys, "last_enter"), on=keys, how="inner")
         .select(
             *rs, pl.col("t_enter_ns").alias("a"), pl.max_horizontal("t_enter_ns", "last_enter").alias("b")
         )
-        .sort([*rs, "a"])
-        .with_columns(pl.col("b").cum_max().shift(1).over(rs).alias("covered"))
-        .group_by(rs)
-        .agg(
-            (pl.col("b") - pl.max_horizontal("a", pl.col("covered").fill_null(pl.col("a"))))
-            .clip(lower_bound=0).sum().alias("skew_wait_ns"),
-            pl.col("a").min().alias("first_ns"),
-            pl.col("b").max().alias("last_ns"),
-        )
-        .collect()
     )
+    waits = interval_union(intervals, rs).rename({"wait_ns": "skew_wait_ns"}).collect()
     return inst.drop("last_enter").with_columns(pl.col("group").cast(pl.String)), waits
 
 
