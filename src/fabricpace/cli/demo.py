@@ -23,6 +23,7 @@ import typer
 
 from fabricpace._errors import FabricpaceError, InputError
 from fabricpace.cli._common import require_torch
+from fabricpace.run.destination import check_new_dir
 
 
 def _step(title: str, args: list[str]) -> None:
@@ -66,8 +67,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The whole loop: simulated paper study, a real local run observed/diagnosed/paced, a report."""
         folder = out if out is not None else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-        if folder.exists() and any(folder.iterdir()):
-            raise InputError(f"--out {folder}: folder exists and is not empty; choose a new folder")
+        check_new_dir(folder)
         if steps < 40:
             raise InputError(f"--steps {steps}: the local run needs at least 40 steps to measure")
         require_torch("demo")  # step 2 runs real gloo ranks: fail now, not after the study

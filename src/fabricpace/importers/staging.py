@@ -14,15 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fabricpace._errors import InputError, RunDirError
+from fabricpace.run.destination import check_new_dir
 
 
 def check_destination(out: str | os.PathLike[str]) -> Path:
     """Refuse an existing non-empty destination (a file, or a folder with anything in it)."""
-    path = Path(out)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise RunDirError(
-            f"{path}: already exists and is not empty; choose a new output directory (nothing was written)"
-        )
+    path = check_new_dir(out, option="", what="output directory")
     if not path.parent.exists():
         raise InputError(f"{path.parent}: parent folder of the output does not exist; create it first")
     return path

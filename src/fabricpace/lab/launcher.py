@@ -27,6 +27,7 @@ from fabricpace._errors import InputError, LabError
 from fabricpace.lab import cgroup, fabric, state, traffic
 from fabricpace.lab.config import LabConfig, format_rate, parse_rate, placement
 from fabricpace.lab.scenario import Scenario
+from fabricpace.run.destination import check_new_dir
 
 MASTER_PORT = 29511  # inside the lab's own namespaces; local runs pick a free loopback port
 LOCAL_PREFIX = "fpl-"  # cgroups of local runs (root only) are recorded under this prefix
@@ -56,8 +57,7 @@ def scratch_dir(out: Path) -> Path:
 
 
 def _prepare_out(out: Path) -> Path:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"--out {out}: exists and is not empty; choose a new run directory")
+    check_new_dir(out, what="run directory")
     scratch = scratch_dir(out)
     if scratch.exists():
         shutil.rmtree(scratch)

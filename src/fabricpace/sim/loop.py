@@ -20,6 +20,7 @@ import numpy as np
 
 from fabricpace._errors import ConfigError, InputError
 from fabricpace.pacing.state import PacingState
+from fabricpace.run.destination import check_new_dir
 from fabricpace.run.manifest import Manifest
 from fabricpace.sim.engine import BlockResult, Engine
 from fabricpace.sim.noise import Noise, load_noise
@@ -150,9 +151,7 @@ def simulate(
     outside = nz.validate_against(
         world=world, nodes=nodes, links=names, cluster_links=all_links, cluster_nodes=cl.nodes
     )
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"{out}: already exists and is not empty; choose a new --out (nothing was written)")
+    out = check_new_dir(out_dir, what="--out")
     if options.window < 1:
         raise InputError(f"window {options.window}: must be at least 1")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricpace._errors import InputError
+from fabricpace.run.destination import check_new_dir
 from fabricpace.run.reader import load_run
 from fabricpace.study.metrics import summarize_run
 from fabricpace.study.stats import mean_ci, paired_delta
@@ -205,8 +206,7 @@ def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, A
 def run_study(plan: StudyPlan, *, progress: Callable[[str], None] | None = None) -> StudyResult:
     """Run every point (progress called with a label after each) and write ``study.json``."""
     check_plan(plan)
-    if plan.out_dir.exists() and any(plan.out_dir.iterdir()):
-        raise InputError(f"{plan.out_dir}: already exists and is not empty; choose a new --out")
+    check_new_dir(plan.out_dir, what="study folder")
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     result = StudyResult(plan=plan)
     for nodes, mode, repeat in plan.points():
