@@ -4,7 +4,9 @@ The format is the one nccl-tests prints (``src/common.cu``; ``src/util.cu`` from
 ``# nccl-tests version ...`` and ``# Collective test starting: X_perf`` lines, ``# nThread T nGpus G ...``,
 one ``#  Rank R [Group C] [Pid P] on HOST device D [bus id] NAME`` line per rank, a column header, then one
 row per size: ``size count type redop [root] time algbw busbw #wrong time algbw busbw #wrong`` (out-of-place,
-then in-place; ``root`` is missing before 2019, ``#wrong`` is ``N/A`` with ``-c 0``), with four
+then in-place; ``root`` is missing before 2019, ``#wrong`` is ``N/A`` with ``-c 0``; ``redop`` is blank where
+a test passes "" as the op name -- all_gather/alltoall in several versions and forks -- and absent from the
+2019 all_gather layout ``size count type time ...``), with four
 ``i_min i_max i_p99 i_cv%`` columns after each ``#wrong`` under per-iteration timing and a date-time column
 at the end with ``-S 1``; then the ``# Avg bus bandwidth`` trailer.
 
@@ -71,7 +73,8 @@ _RANK = re.compile(
     r"(?:^|#)\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)"
 )
 _HEADER = re.compile(r"(?:^|#)\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_COLUMNS = re.compile(r"\bsize\s+count\s+type\s+redop\b")
+# 2019-era all_gather/alltoall headers have no redop (and no root) column: "size count type time ..."
+_COLUMNS = re.compile(r"\bsize\s+count\s+type\s+(?:redop|time)\b")
 _AVG = re.compile(r"(?:^|#)\s*Avg bus bandwidth\s*:\s*(\S*)")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
 _OP_IN_TEXT = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv|reduce)_perf")
@@ -79,7 +82,8 @@ _OP_IN_TEXT = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadc
 # start with "size count TYPE redop" so that numbers in launcher output are never taken for a row.
 _TYPES = "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|char|int"
 _ROW_START = re.compile(r"\d+\s+\d+(?:\s|$)")
-_ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+\w+\s")
+# the redop word is missing where the op name was "" (all_gather/alltoall of several nccl-tests versions)
+_ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+(?:[A-Za-z_]\w*\s+)?-?\d")
 _BASE = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 
@@ -137,17 +141,18 @@ class _Layout:
     root: bool
     per_iter: bool
     timestamp: bool
+    redop: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
         half = _BASE[5:] + (_PER_ITER if self.per_iter else ())
-        head = _BASE[:5] if self.root else _BASE[:4]
+        head = _BASE[:3] + (("redop",) if self.redop else ()) + (("root",) if self.root else ())
         return head + half + half + (("date", "time") if self.timestamp else ())
 
     @property
     def out_of_place(self) -> int:
         """Index of the out-of-place time column (algbw and busbw follow it)."""
-        return 5 if self.root else 4
+        return 3 + int(self.redop) + int(self.root)
 
     @property
     def in_place(self) -> int:
@@ -157,13 +162,23 @@ class _Layout:
 
 def _layout(header: str) -> _Layout:
     cols = header.split()
-    return _Layout(root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols)
+    return _Layout(
+        root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols, redop="redop" in cols
+    )
 
 
 def _num(text: str) -> float:
     if text.upper() in ("N/A", "NAN", "-NAN", "-"):
         return math.nan
     return float(text)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _op_from(text: str | None) -> str | None:
@@ -205,6 +220,10 @@ def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> NcclTestsRow:
     """One result row laid out as ``lay``; ParseError naming ``file:line`` if it does not fit."""
     parts = text.split()
     names = lay.names
+    if lay.redop and len(parts) == len(names) - 1 and _is_number(parts[3]):
+        # the op name was "" (all_gather/alltoall in several nccl-tests versions and forks print it with %6s):
+        # the redop column is blank, so the row is one column short; the slot holds root or time, a number
+        parts.insert(3, "none")
     if len(parts) != len(names):
         raise ParseError(
             f"{p}:{lineno}: expected {len(names)} columns ({' '.join(names)}), found {len(parts)}; "
@@ -216,8 +235,8 @@ def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> NcclTestsRow:
             size=int(parts[0]),
             count=int(parts[1]),
             type=parts[2],
-            redop=parts[3],
-            root=int(parts[4]) if lay.root else -1,
+            redop=parts[3] if lay.redop else "none",
+            root=int(parts[t_out - 1]) if lay.root else -1,
             time_us=_num(parts[t_out]),
             algbw=_num(parts[t_out + 1]),
             busbw=_num(parts[t_out + 2]),
