@@ -52,3 +52,66 @@ def test_calibrating_on_another_collective_gets_a_note(cli):
     assert "calibrated on all_reduce logs but predicting all_gather" in r.stderr
     same = cli("collective", "--op", "all_reduce", "--nodes", "8", "--sizes", "1G", "--calibrate", log)
     assert "but predicting" not in same.stderr
+
+
+def _data():  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "fabric" / "data"
+
+
+def test_compare_scores_held_out_logs_as_the_json_predictions_do(cli):
+    import re
+
+    import numpy as np
+
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    d = _data()
+    fit = ("--calibrate", str(d / "h100ib_n2_all_reduce.log"), str(d / "h100ib_n4_all_reduce.log"))
+    held = parse_log(d / "h100ib_n8_all_reduce.log")
+    rows = [r for r in held.rows if (32 << 20) <= r.size <= (8 << 30)]
+    sizes = ",".join(str(r.size) for r in rows)
+    scored = cli("collective", "--nodes", "8", "--sizes", "1G", *fit, "--compare", held.path)
+    assert scored.returncode == 0, scored.stderr
+    m = re.search(r"compared with (\d+) measured rows .* median ([\d.]+)%, worst ([+-][\d.]+)%", scored.stderr)
+    assert m, scored.stderr
+    # The same predictions through --format json, scored here against the log's out-of-place times.
+    pred = cli("collective", "--nodes", "8", "--sizes", sizes, *fit, "--format", "json")
+    times = {p["bytes"]: p["time_us"] for p in json.loads(pred.stdout)}
+    err = np.array([times[r.size] / r.time_us - 1 for r in rows])
+    assert int(m.group(1)) == len(rows) == 9
+    assert float(m.group(2)) == round(100 * float(np.median(np.abs(err))), 1)
+    assert float(m.group(3)) == round(100 * float(err[np.argmax(np.abs(err))]), 1)
+
+    wrong = cli("collective", "--compare", str(d / "h200gke_n2_skypilot_all_gather.log"))
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "all_gather" in wrong.stderr
+
+
+def test_plot_draws_model_lines_and_measured_rows_and_never_overwrites(cli, tmp_path):
+    import re
+
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    d = _data()
+    out = tmp_path / "busbw.html"
+    args = ("collective", "--nodes", "2,4,8", "--calibrate", str(d / "h100ib_n2_all_reduce.log"),
+            str(d / "h100ib_n4_all_reduce.log"), "--compare", str(d / "h100ib_n8_all_reduce.log"),
+            "--plot", str(out), "--format", "json")
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)  # stdout stays the JSON alone
+    html = out.read_text()
+    assert "plotly" in html and "<script" in html  # plotly.js embedded: opens offline
+    names = re.findall(r'"name":"([^"]+)"', html)
+    for n in (2, 4, 8):
+        assert f"{n} nodes, model" in names
+    assert "2 nodes, measured, fitted" in names and "8 nodes, measured, not fitted" in names
+    assert "8 nodes, measured, fitted" not in names
+    # The held-out markers are the log's own busbw values.
+    n8 = parse_log(d / "h100ib_n8_all_reduce.log")
+    assert f"{n8.rows[-1].busbw}" in html
+    before = out.read_bytes()
+    again = cli(*args)
+    assert again.returncode == 2 and "exists" in again.stderr and again.stdout == ""
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["busbw.html"]

@@ -60,6 +60,16 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int | None = typer.Option(None, "--seed", help="ECMP hashing seed (default: the cluster's)"),
         explain: bool = typer.Option(False, "--explain", help="bottleneck links and flows sharing them"),
+        compare: list[str] | None = typer.Option(
+            None, "--compare",
+            help="nccl-tests logs to score the predictions against, without fitting to them "
+            "(e.g. the 8-node log after calibrating on 2 and 4); comma-separate or repeat",
+        ),
+        plot: Path | None = typer.Option(
+            None, "--plot",
+            help="also write busbw against size, a line per node count and the calibration logs' "
+            "measured rows, to this new HTML file (offline)",
+        ),
         fmt: str = typer.Option("table", "--format", help="table|json|csv"),
     ) -> None:
         """Predict collective time, algbw and busbw (nccl-tests definitions) on a cluster."""
@@ -68,6 +78,10 @@ def register(app: typer.Typer) -> None:
         from fabricpace.fabric import collective_time, load_cluster
 
         check_format(fmt, ("table", "json", "csv"))
+        if plot is not None:
+            from fabricpace.report.output import check_new_file
+
+            plot = check_new_file(plot, "busbw.html")
         if ctx.args:
             if not calibrate:
                 raise InputError(
@@ -89,6 +103,7 @@ def register(app: typer.Typer) -> None:
         size_list = parse_size_list(sizes, option="--sizes")
         if not size_list:
             raise InputError(f"--sizes {sizes!r}: expected sizes such as 32M,1G")
+        logs: list[str] = []
         if calibrate:
             from fabricpace.fabric.calibrate import calibrate_cluster
 
@@ -148,6 +163,11 @@ def register(app: typer.Typer) -> None:
                         f"{r.latency_s * 1e6:.1f} us, bottleneck {r.bottleneck}"
                     )
                     explains.append(ex)
+        held = [p for item in compare or [] for p in item.split(",") if p.strip()]
+        if held:
+            print(_score(cl, op, held, gpus_per_node, algorithm, protocol, seed), file=sys.stderr)
+        if plot is not None:
+            _plot(plot, cl, op, node_list, size_list, logs, held, gpus_per_node, algorithm, protocol, seed)
         if fmt == "json":
             out = [{k: d[k] for k in (*_KEYS, "latency_us", "bottleneck", "bottleneck_flows")} for d in rows]
             if explain:
@@ -199,3 +219,98 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         for e in explains:
             console.print(e["text"])
+
+
+def _predict(
+    cl: Any, op: str, nbytes: int, nodes: int, gpus_per_node: int | None, algorithm: str | None,
+    protocol: str | None, seed: int | None,
+) -> dict[str, Any]:
+    import numpy as np
+
+    from fabricpace.fabric import collective_time
+
+    rng = np.random.default_rng(cl.network.ecmp_seed if seed is None else seed)
+    r = collective_time(
+        cl, op, nbytes, nodes=nodes, gpus_per_node=gpus_per_node, algorithm=algorithm, protocol=protocol,
+        rng=rng,
+    )
+    return r.to_dict()
+
+
+def _score(
+    cl: Any, op: str, paths: list[str], gpus_per_node: int | None, algorithm: str | None,
+    protocol: str | None, seed: int | None,
+) -> str:
+    """One paragraph: the model against measured rows it was not fitted to (32 MB-8 GB, out-of-place
+    times, the sizes calibration uses), median and worst error and where the worst one is."""
+    import numpy as np
+
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    errs: list[tuple[float, int, int]] = []
+    for p in paths:
+        log = parse_log(p)
+        if log.op not in (None, op):
+            raise InputError(f"--compare {p}: an {log.op} log; compare {op} predictions with {op} logs")
+        if log.nodes is None:
+            raise InputError(f"--compare {p}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
+        if log.nodes > cl.nodes:
+            raise InputError(f"--compare {p}: {log.nodes} nodes, more than cluster {cl.name!r} has")
+        gpn = gpus_per_node if gpus_per_node is not None else log.gpus_per_node
+        for r in log.rows:
+            if (32 << 20) <= r.size <= (8 << 30) and r.time_us > 0:
+                d = _predict(cl, op, r.size, log.nodes, gpn, algorithm, protocol, seed)
+                errs.append((d["time_us"] / r.time_us - 1, log.nodes, r.size))
+    if not errs:
+        return "compared with 0 measured rows: none between 32 MB and 8 GB in the --compare logs"
+    e = np.abs([x[0] for x in errs])
+    worst = errs[int(np.argmax(e))]
+    return (
+        f"compared with {len(errs)} measured rows (32 MB-8 GB) of {len(paths)} log(s): time error median "
+        f"{100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% "
+        f"({_human(worst[2])} on {worst[1]} nodes)"
+    )
+
+
+def _plot(
+    path: Path,
+    cl: Any,
+    op: str,
+    node_list: list[int],
+    size_list: list[int],
+    logs: list[str],
+    held: list[str],
+    gpus_per_node: int | None,
+    algorithm: str | None,
+    protocol: str | None,
+    seed: int | None,
+) -> None:
+    """The model's busbw on every power of two between the smallest and largest size (the requested ones
+    and the logs' rows), so the lines show the algorithm and protocol switches, plus the measured rows:
+    those the model was fitted to (``logs``) and those it was not (``held``)."""
+    import numpy as np
+
+    from fabricpace.fabric.nccl_tests import parse_log
+    from fabricpace.report.fabric_figures import busbw_figure, write_figure
+
+    measured: list[dict[str, Any]] = []
+    for p, fitted in [*((p, True) for p in logs), *((p, False) for p in held)]:
+        log = parse_log(p)
+        if log.op not in (None, op) or log.nodes is None:
+            continue
+        measured += [
+            {"nodes": log.nodes, "bytes": r.size, "busbw_gbps": r.busbw, "source": Path(p).name,
+             "fitted": fitted}
+            for r in log.rows
+            if r.busbw > 0
+        ]
+    nodes = sorted({*node_list, *(int(m["nodes"]) for m in measured if int(m["nodes"]) <= cl.nodes)})
+    sizes = [*size_list, *(int(m["bytes"]) for m in measured)]
+    lo, hi = int(np.log2(max(min(sizes), 1))), int(np.ceil(np.log2(max(sizes))))
+    grid = sorted({*(1 << k for k in range(lo, hi + 1)), *size_list})
+    predicted = [
+        _predict(cl, op, s, n, gpus_per_node, algorithm, protocol, seed) for n in nodes for s in grid
+    ]
+    title = f"{op} on {cl.name}: busbw against size (model: {cl.tuning.source})"
+    write_figure(busbw_figure(predicted, measured, title=title), path, title=title)
+    print(f"plot written to {path}", file=sys.stderr)

@@ -31,6 +31,7 @@ def publish(tmp: Path, path: Path) -> None:
     try:
         os.link(tmp, path)
     except FileExistsError as exc:
+        tmp.unlink(missing_ok=True)
         raise InputError(
             f"{path}: exists (created while this ran); choose a new file name (nothing was overwritten)"
         ) from exc
