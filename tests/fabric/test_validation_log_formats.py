@@ -16,6 +16,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from fabricpace._errors import ParseError
 from fabricpace.fabric import load_cluster
 from fabricpace.fabric.calibrate import calibrate_cluster, points_from_logs
 from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
@@ -94,3 +97,34 @@ def test_cli_calibrates_from_blank_redop_rows_like_the_original(cli, data_dir, t
     assert printed == fit.summary()
     rows = json.loads(r.stdout)
     assert [(x["op"], x["nodes"], x["bytes"]) for x in rows] == [("all_gather", 8, 1 << 30)]
+
+
+def test_rccl_tests_algo_proto_nchannels_columns_are_carried(data_dir, tmp_path):
+    """rccl-tests -A 1 (2025 develop builds) appends 'algo proto nchannels' after the in-place #wrong, in the
+    header and in every row, and prints 'rccl-tests: Version' and 'RCCL version :' lines. Built from the real
+    2-node #309 log; the layout is that of a public MI350X sample (data/README.md)."""
+    src = data_dir / "h100ib_n2_all_reduce.log"
+    out = []
+    for x in src.read_text().splitlines():
+        if re.search(r"\bsize\s+count\s+type\s+redop\b", x):
+            out.append(x.rstrip() + "     algo     proto   nchannels")
+        elif re.match(r"\s*\d+\s+\d+\s+float\s", x):
+            out.append(x.rstrip() + "    RING    SIMPLE          32")
+        elif x.startswith("# Using devices"):
+            out += ["rccl-tests: Version develop:6405c76", x]
+        else:
+            out.append(x)
+    header = next(i for i, x in enumerate(out) if "size" in x and "count" in x)
+    out.insert(header - 1, "RCCL version : 2.27.7")
+    p = tmp_path / "rccl_n2_all_reduce.log"
+    p.write_text("\n".join(out) + "\n")
+    original = parse_log(src)
+    log = parse_log(p)
+    assert numbers(log) == numbers(original) and (log.nodes, log.nranks) == (2, 16)
+    # a row without the announced columns is still refused, with its line
+    at = next(i for i, x in enumerate(out) if x.endswith("SIMPLE          32"))
+    out[at] = out[at][: -len("    RING    SIMPLE          32")]
+    bad = tmp_path / "cut_n2_all_reduce.log"
+    bad.write_text("\n".join(out) + "\n")
+    with pytest.raises(ParseError, match=rf"cut_n2_all_reduce\.log:{at + 1}: expected 16 columns"):
+        parse_log(bad)

@@ -6,7 +6,8 @@ one ``#  Rank R [Group C] [Pid P] on HOST device D [bus id] NAME`` line per rank
 row per size: ``size count type redop [root] time algbw busbw #wrong time algbw busbw #wrong`` (out-of-place,
 then in-place; ``root`` is missing before 2019, ``#wrong`` is ``N/A`` with ``-c 0``; ``redop`` is blank where
 a test passes "" as the op name -- all_gather/alltoall in several versions and forks -- and absent from the
-2019 all_gather layout ``size count type time ...``), with four
+2019 all_gather layout ``size count type time ...``; columns the header names after these, such as rccl-tests'
+``algo proto nchannels`` (``-A 1``), are carried and not read), with four
 ``i_min i_max i_p99 i_cv%`` columns after each ``#wrong`` under per-iteration timing and a date-time column
 at the end with ``-S 1``; then the ``# Avg bus bandwidth`` trailer.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -142,12 +143,14 @@ class _Layout:
     per_iter: bool
     timestamp: bool
     redop: bool = True
+    # trailing columns the parser does not read (rccl-tests -A 1: algo proto nchannels)
+    extra: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         half = _BASE[5:] + (_PER_ITER if self.per_iter else ())
         head = _BASE[:3] + (("redop",) if self.redop else ()) + (("root",) if self.root else ())
-        return head + half + half + (("date", "time") if self.timestamp else ())
+        return head + half + half + (("date", "time") if self.timestamp else ()) + self.extra
 
     @property
     def out_of_place(self) -> int:
@@ -162,9 +165,13 @@ class _Layout:
 
 def _layout(header: str) -> _Layout:
     cols = header.split()
-    return _Layout(
+    lay = _Layout(
         root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols, redop="redop" in cols
     )
+    # a header column beyond the known ones is an extra trailing row column ("timestamp" heads two: date time)
+    known = len(lay.names) - (1 if lay.timestamp else 0)
+    extra = tuple(c for c in cols[known:] if c != "timestamp")
+    return replace(lay, extra=extra) if extra else lay
 
 
 def _num(text: str) -> float:
