@@ -112,7 +112,7 @@ class Arrivals:
     chunks: int  # chunks read (1 for an in-memory table)
 
 
-def _chunk(c: pl.DataFrame, aligned: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _chunk(c: pl.DataFrame, aligned: bool, waits: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per-instance aggregates, per-row rank/step/late/wait of arrival instances) of whole instances."""
     c = c.with_columns(pl.col("group").fill_null("world"))
     if not aligned:
@@ -162,6 +162,16 @@ def _chunk(c: pl.DataFrame, aligned: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     # rank-step's wait is the union of its intervals, not their sum (the sum read as several times
     # the step). Only the columns needed travel through the join (memory bounds the chunk size).
     rs = ["rank", "step"]
+    if not waits:  # the steps table has each rank's wait: lateness alone, a plain group-by
+        arr = (
+            c.lazy()
+            .select(*rs, *KEYS, value)
+            .join(arrival.lazy(), on=KEYS, how="inner")
+            .group_by(rs)
+            .agg(late.max().alias("late_ns"))
+            .collect()
+        )
+        return inst.with_columns(pl.col("group").cast(pl.String)), arr
     intervals = (
         c.lazy()
         .select(*rs, *KEYS, *dict.fromkeys(["t_enter_ns", value]))
@@ -220,7 +230,7 @@ def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
 
 
 def _pass(
-    frames: Iterable[pl.DataFrame], aligned: bool, ranks: np.ndarray, steps: np.ndarray
+    frames: Iterable[pl.DataFrame], aligned: bool, ranks: np.ndarray, steps: np.ndarray, waits: bool
 ) -> tuple[_Grid, list[pl.DataFrame], list[pl.DataFrame], int]:
     grid = _Grid(ranks, steps)
     insts: list[pl.DataFrame] = []
@@ -239,15 +249,18 @@ def _pass(
         if c.height == 0:
             continue
         rows += c.height
-        inst, arr = _chunk(c, aligned)
+        inst, arr = _chunk(c, aligned, waits)
         insts.append(inst)
+        zero = np.zeros(arr.height)
         grid.fold(
             arr["rank"].to_numpy().astype(np.int64),
             arr["step"].to_numpy().astype(np.int64),
             arr["late_ns"].cast(pl.Float64).to_numpy(),
-            arr["wait_ns"].cast(pl.Float64).to_numpy(),
-            arr["first_ns"].cast(pl.Float64).to_numpy(),
-            arr["last_ns"].cast(pl.Float64).to_numpy(),
+            *(
+                (arr[col].cast(pl.Float64).to_numpy() for col in ("wait_ns", "first_ns", "last_ns"))
+                if waits
+                else (zero, zero, zero)
+            ),
         )
     return grid, insts, members, rows
 
@@ -269,11 +282,13 @@ def arrivals(
     steps: np.ndarray,
     rows_per_chunk: int,
     progress: Callable[[int, int], None] | None = None,
+    waits: bool = True,
 ) -> Arrivals:
     """Stream ``source`` (or take an in-memory collectives frame) into instances and [rank, step] matrices.
 
     ``ranks``/``steps``: the matrices' axes (sorted); ranks found only in the collectives are added.
-    ``progress(done, total)`` after each chunk.
+    ``progress(done, total)`` after each chunk. ``waits=False`` when the steps table has each rank's
+    wait: the wait matrix (a sort per chunk) is then not built and ``Arrivals.wait`` is None.
     """
     carry = 1
     while True:
@@ -284,7 +299,7 @@ def arrivals(
             ranges = source.step_ranges(rows_per_chunk)
             total = len(ranges)
             frames = _frames(source, rows_per_chunk, carry, progress, total)
-        grid, insts, members, rows = _pass(frames, aligned, ranks, steps)
+        grid, insts, members, rows = _pass(frames, aligned, ranks, steps, waits)
         inst = pl.concat(insts, how="vertical_relaxed") if insts else None
         span = _split_span(inst) if inst is not None and total > 1 else 0
         if span == 0:
@@ -300,7 +315,7 @@ def arrivals(
         progress(1, 1)
     seen = np.isfinite(grid.late)
     late = np.where(seen, grid.late, np.nan)
-    wait = np.where(seen, grid.capped_wait(), np.nan)
+    wait = np.where(seen, grid.capped_wait(), np.nan) if waits else None
     member = (
         pl.concat(members).unique()
         if members

@@ -114,6 +114,9 @@ def build_metrics(
     unc = _clock_uncertainty(info) if info.height else None
     all_steps = np.unique(steps_df["step"].to_numpy().astype(np.int64))
     arr = None
+    # A rank's wait per step comes from the steps table when it has one (the observer, the simulator);
+    # only without it (imported traces) is it rebuilt from the collectives, which costs a sort.
+    has_wait = "wait_ns" in steps_df.columns and steps_df["wait_ns"].null_count() < steps_df.height
     if collectives is not None or run.collectives.height:
         arr = arrivals(
             collectives if collectives is not None else run.collectives,
@@ -122,6 +125,7 @@ def build_metrics(
             steps=all_steps,
             rows_per_chunk=cfg.chunk_rows,
             progress=progress,
+            waits=not has_wait,
         )
     all_ranks = arr.ranks if arr is not None else step_ranks
     if not info.height:
@@ -174,8 +178,9 @@ def build_metrics(
             )
         inst, members = arr.instances, arr.members
         cols = index_of(step_ids, all_steps)
-        assert arr.late is not None and arr.wait is not None
-        late, wait = arr.late[:, cols], arr.wait[:, cols]
+        assert arr.late is not None
+        late = arr.late[:, cols]
+        wait = arr.wait[:, cols] if arr.wait is not None else None
         if np.isnan(late).all():
             late = None
 
