@@ -11,6 +11,11 @@ Validation set (tests/fabric/data, see its README for every source):
   crazyguitar/gpu-communication-benchmark). all_to_all is scored the same way as the other two; it is
   outside the issue's target (all_reduce and all_gather), and is shown as a check of a third collective.
 
+Secondary check, another protocol (printed after the headline table): ``polaris``, ALCF Polaris (4x A100
+per node, 2x Slingshot 11), all_reduce_perf and all_gather_perf at 2, 8, 256 and 540 nodes (argonne-lcf/
+alcf-nccl-tests; no 4-node run exists): fitted on 2+8 nodes predicting 256 and 540, and on 2 nodes
+predicting 8.
+
 Protocol: for each cluster and collective, the model and the alpha-beta ring are fitted on that
 collective's 2- and 4-node rows only (least squares on log time) and predict every larger node count;
 nothing is fitted to the predicted rows. Also printed, for transparency: the p5 fit on both collectives'
@@ -74,6 +79,20 @@ def datasets() -> list[Dataset]:
     ]
 
 
+POLARIS_PROTOCOLS = ((2, 8), (2,))  # no 4-node run: fit 2+8 -> 256, 540; fit 2 -> 8 (and beyond)
+
+
+def secondary_datasets() -> list[Dataset]:
+    """Clusters without 2- and 4-node runs, scored with another protocol (POLARIS_PROTOCOLS)."""
+    logs = [
+        parse_log(DATA / f"polaris_n{n}_{op}.log")
+        for op in ("all_reduce", "all_gather")
+        for n in (2, 8, 256, 540)
+    ]
+    source = "argonne-lcf/alcf-nccl-tests logs"
+    return [Dataset("polaris", str(DATA / "polaris.yaml"), points_from_logs(logs), source)]
+
+
 @dataclass(frozen=True)
 class Scored:
     """Per predicted row of one (cluster, collective): nodes, size, measured and predicted times (s)."""
@@ -100,16 +119,20 @@ def predict(cluster: Cluster, test: Points) -> tuple[np.ndarray, list[str]]:
     return np.array([r.time_s for r in res]), [f"{r.algorithm}/{r.protocol}" for r in res]
 
 
-def split(points: Points, op: str | None = None) -> tuple[Points, Points]:
+def split(
+    points: Points, op: str | None = None, cal_nodes: tuple[int, ...] = CALIBRATION_NODES
+) -> tuple[Points, Points]:
     """(calibration rows, predicted rows), of one collective or of all."""
     mine = np.ones(len(points), bool) if op is None else points.op == op
-    cal = np.isin(points.nodes, CALIBRATION_NODES)
+    cal = np.isin(points.nodes, cal_nodes)
     return select(points, mine & cal), select(points, mine & ~cal)
 
 
-def evaluate(ds: Dataset, op: str, cluster: Cluster | None = None) -> tuple[Scored, str]:
+def evaluate(
+    ds: Dataset, op: str, cluster: Cluster | None = None, cal_nodes: tuple[int, ...] = CALIBRATION_NODES
+) -> tuple[Scored, str]:
     """Fit ``op``'s calibration rows, predict its larger node counts; the scores and the fit summary."""
-    cal, test = split(ds.points, op)
+    cal, test = split(ds.points, op, cal_nodes)
     fit = calibrate_points(cluster or load_cluster(ds.preset), cal, [f"{ds.name}:{op}"])
     alpha, bw = alpha_beta_fit(cal)
     model, plan = predict(fit.cluster, test)
@@ -209,6 +232,21 @@ def main() -> None:
         for which in ("model", "alpha_beta"):
             err = np.concatenate([sc.errors(which) for sc in mine])
             print(f"  every cluster {op:>10} {which + ':':<11} {stats(err)}")
+
+    print("\nsecondary check, another protocol (no 4-node run on this cluster; not the issue's protocol):")
+    for ds in secondary_datasets():
+        for cal_nodes in POLARIS_PROTOCOLS:
+            for op in ("all_reduce", "all_gather"):
+                sc, summary = evaluate(ds, op, cal_nodes=cal_nodes)
+                fitted = "+".join(str(n) for n in cal_nodes)
+                fit_line = summary.splitlines()[0].split(": ", 1)[1]
+                print(f"  {ds.name} {op}, fitted on {fitted} nodes: {fit_line}")
+                for n in np.unique(sc.nodes):
+                    m = sc.nodes == n
+                    print(
+                        f"    {int(n):>3} nodes  model: {stats(sc.errors('model')[m])}   "
+                        f"alpha-beta: {stats(sc.errors('alpha_beta')[m])}"
+                    )
 
     print("\nfor transparency (not the headline protocol):")
     p5 = next(ds for ds in sets if ds.name == "p5-efa")
