@@ -87,3 +87,15 @@ def test_study_help_says_where_defaults_come_from(cli):
     text = " ".join(r.stdout.replace("│", " ").split())  # undo rich's box and wrapping
     assert "(default: the scenario's, else 4,8,16)" in text
     assert "(default: the scenario's, else 3)" in text
+
+
+def test_version_names_fabricpace_python_and_torch(cli):
+    import platform
+
+    import fabricpace
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stderr == ""
+    line = r.stdout.strip()
+    assert line.startswith(f"fabricpace {fabricpace.__version__} (Python {platform.python_version()}, torch ")
+    assert line.count("\n") == 0

@@ -74,7 +74,8 @@ def test_compare_scores_held_out_logs_as_the_json_predictions_do(cli):
     sizes = ",".join(str(r.size) for r in rows)
     scored = cli("collective", "--nodes", "8", "--sizes", "1G", *fit, "--compare", held.path)
     assert scored.returncode == 0, scored.stderr
-    m = re.search(r"compared with (\d+) measured rows .* median ([\d.]+)%, worst ([+-][\d.]+)%", scored.stderr)
+    pattern = r"compared with (\d+) measured rows .* median ([\d.]+)%, worst ([+-][\d.]+)%"
+    m = re.search(pattern, scored.stderr)
     assert m, scored.stderr
     # The same predictions through --format json, scored here against the log's out-of-place times.
     pred = cli("collective", "--nodes", "8", "--sizes", sizes, *fit, "--format", "json")

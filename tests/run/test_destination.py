@@ -50,5 +50,6 @@ def test_every_verb_refuses_what_is_there(cli, tmp_path: Path, verb: str) -> Non
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (verb, kind, r.stderr)
         assert str(path) in r.stderr, (verb, kind, r.stderr)
     assert (tmp_path / "afile").read_text() == "mine"
-    assert (tmp_path / "full" / "keep.txt").read_text() == "mine" and len(list((tmp_path / "full").iterdir())) == 1
+    full = tmp_path / "full"
+    assert (full / "keep.txt").read_text() == "mine" and len(list(full.iterdir())) == 1
     assert os.readlink(tmp_path / "dangling") == str(tmp_path / "nowhere")

@@ -25,6 +25,32 @@ for _module in (demo, simulate, collective, diagnose, report, place, lab, run):
     _module.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import platform
+
+        from fabricpace import __version__
+
+        try:
+            import torch
+
+            torch_version = torch.__version__
+        except ImportError:
+            torch_version = "not installed"
+        # What a bug report needs: this package, Python and torch (observe and the lab need torch).
+        print(f"fabricpace {__version__} (Python {platform.python_version()}, torch {torch_version})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print versions and exit"
+    ),
+) -> None:
+    """Why distributed training stops scaling: observe, diagnose, simulate, pace."""
+
+
 def _fail(code: int, message: str) -> None:
     print(f"fabricpace: error: {message}", file=sys.stderr)
     raise SystemExit(code)
