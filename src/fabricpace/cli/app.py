@@ -34,7 +34,7 @@ def _print_version(value: bool) -> None:
         try:
             import torch
 
-            torch_version = torch.__version__
+            torch_version = str(torch.__version__)
         except ImportError:
             torch_version = "not installed"
         # What a bug report needs: this package, Python and torch (observe and the lab need torch).
