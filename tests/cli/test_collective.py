@@ -116,3 +116,15 @@ def test_plot_draws_model_lines_and_measured_rows_and_never_overwrites(cli, tmp_
     again = cli(*args)
     assert again.returncode == 2 and "exists" in again.stderr and again.stdout == ""
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["busbw.html"]
+
+
+def test_far_extrapolation_gets_a_note_with_the_validation_errors(cli):
+    d = _data()
+    fit = ("--calibrate", str(d / "h100ib_n2_all_reduce.log"), str(d / "h100ib_n4_all_reduce.log"))
+    near = cli("collective", "--nodes", "8", "--sizes", "1G", *fit)
+    far = cli("collective", "--nodes", "8,32", "--sizes", "1G", *fit, "--format", "json")
+    assert near.returncode == 0 and far.returncode == 0, far.stderr
+    assert "beyond" not in near.stderr  # 2x the calibration's largest node count: no note
+    note = [line for line in far.stderr.splitlines() if line.startswith("note: predicting up to 32 nodes")]
+    assert len(note) == 1 and "from logs of at most 4 nodes (8x beyond)" in note[0] and "--compare" in note[0]
+    assert [row["nodes"] for row in json.loads(far.stdout)] == [8, 32]  # stdout stays the JSON alone
