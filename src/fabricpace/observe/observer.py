@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import os
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -44,7 +45,8 @@ from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, cloc
 from fabricpace.observe.config import ObserverConfig
 from fabricpace.observe.pacer import SafePacer, load_pacer
 from fabricpace.observe.recorder import Recorder
-from fabricpace.observe.sidechannel import SideChannel, default_store
+from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason
+from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
 from fabricpace.observe.window_log import WindowLog
 from fabricpace.run.manifest import Manifest, write_manifest
 from fabricpace.run.window import WindowSummary
@@ -68,8 +70,11 @@ class _StepContext:
         self.obs._begin_step()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.obs._end_step()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.obs._end_step()
+        else:
+            self.obs._end_failed_step()
 
 
 class _Span:
@@ -178,8 +183,9 @@ class Observer:
         self.run_dir = Path(run_dir or os.environ.get(RUN_DIR_ENV) or startup.default_run_dir())
         self.pacer = SafePacer(None, self.guard, self.rank, self.world)
         _SESSIONS[0] += 1
-        self.channel = SideChannel(default_store() if self.distributed else None,
-                                   f"fabricpace/obs{_SESSIONS[0]}", cfg.store_timeout_s)
+        self._session = _SESSIONS[0]
+        self.channel = SideChannel(None, f"fabricpace/obs{self._session}", cfg.store_timeout_s)
+        self._start_rows: dict[int, dict[str, Any]] = {}  # rank rows read at start (close falls back)
         try:
             self._start(model, pacing, metrics_port, comm_hook, wrap_collectives, event_source)
         except Exception as exc:  # the job must not notice: switch everything off
@@ -193,6 +199,12 @@ class Observer:
         if self.distributed:
             import torch.distributed as dist
 
+            # A token agreed through the job's own Store keeps a restarted attempt off the keys an
+            # earlier attempt left on the same Store server (sidechannel.session_token).
+            token = session_token(job_store(), rank=self.rank, session=self._session,
+                                  timeout_s=cfg.store_timeout_s)
+            self.channel = SideChannel(default_store(cfg.store_timeout_s),
+                                       f"fabricpace/{token}/obs{self._session}", cfg.store_timeout_s)
             if self.channel.store is None:
                 raise RuntimeError("no Store on the default process group")
             # A private gloo group with its own timeout: window gathers can never hang training
@@ -361,8 +373,8 @@ class Observer:
         for r in range(self.world):
             try:
                 rows.append(self.channel.get_json(f"{prefix}/{r}", max(0.01, deadline - time.monotonic())))
-            except Exception:  # a rank that never reported keeps a row of nulls
-                rows.append({"rank": r})
+            except Exception:  # a rank that never reported keeps the row it had at start, else nulls
+                rows.append(getattr(self, "_start_rows", {}).get(r, {"rank": r}))
         return rows
 
     def _write_rank0_files(self, *, complete: bool, model: Any = None, pacing: Any = None) -> None:
@@ -371,6 +383,8 @@ class Observer:
             return
         try:
             rows = self._collect_ranks("rank", self.config.store_timeout_s if not complete else 1.0)
+            if not complete:
+                self._start_rows = {r: row for r, row in enumerate(rows) if len(row) > 1}
             hosts: list[str] = []
             for row in rows:
                 if row.get("host") is not None and row["host"] not in hosts:
@@ -478,6 +492,16 @@ class Observer:
         if self._pending_gather is not None:
             nxt = min(nxt, self._gather_due)
         self._next_event = max(nxt, n + 1)
+
+    def _end_failed_step(self) -> None:
+        """The user's step raised: record it, but start no window gather now — the peers may never
+        reach it (they wait in the user's collective for this rank), and close() would then block in
+        it for gather_timeout_s. The next step that ends normally runs the postponed work."""
+        nxt, self._next_event = self._next_event, 1 << 62
+        try:
+            self._end_step()
+        finally:
+            self._next_event = nxt
 
     def _probe_step(self) -> None:
         probe = self._probe
@@ -613,16 +637,27 @@ class Observer:
                 self.guard.fail("clock", exc)
 
     # ------------------------------------------------------------------ close
-    def close(self) -> None:
-        """Flush, drain the writer (bounded), and let rank 0 mark the run complete. Idempotent."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Flush, drain the writer (bounded), and let rank 0 mark the run complete. Idempotent.
+
+        ``error``: the exception that ends the training loop (``with`` passes it; a bare ``close()``
+        inside an ``except`` block finds it itself). After an error nothing waits for the peers — they
+        are typically blocked in the user's collective for this rank, or gone — so close takes only
+        local time plus one bounded Store call, the exception propagates unchanged, and the manifest
+        stays incomplete with the error named.
+        """
         if self.closed:
             return
+        reason = failure_reason(error if error is not None else sys.exc_info()[1])
         was_recording = self.recording
         self.recording = False
         self.closed = True
         try:
             if self._pending_gather is not None:
-                self._finish_gather()  # every rank closes after the same steps: collect the last window
+                if reason is None:
+                    self._finish_gather()  # every rank closes after the same steps: collect the last window
+                else:
+                    abandon_gather(self)
             if was_recording:
                 poll = getattr(self.recorder.timeline, "source", None)
                 if poll is not None and self.recorder._pending:
@@ -637,21 +672,33 @@ class Observer:
         self._switch_off()
         if not hasattr(self, "sink"):
             return
-        try:
-            self.channel.set(f"closed/{self.rank}", "1")
-            if self.rank == 0:
-                self._finish_rank0()
-        except Exception as exc:
-            self.guard.fail("close", exc)
-
-    def _finish_rank0(self) -> None:
-        unclosed = []
-        deadline = time.monotonic() + self.config.close_timeout_s
-        for r in range(self.world):
+        # The Store call runs in a helper thread, bounded by close_timeout_s: a frozen Store (its
+        # host stopped, not dead) must not hold the user's process at exit.
+        channel, key = self.channel, f"closed/{self.rank}"
+        told = bounded(lambda: channel.set(key, "error" if reason else "1"), self.config.close_timeout_s,
+                       self.guard, channel)
+        if self.rank == 0:
             try:
-                self.channel.wait(f"closed/{r}", max(0.05, deadline - time.monotonic()))
-            except Exception:
-                unclosed.append(r)
+                self._finish_rank0(reason, wait=told and reason is None)
+            except Exception as exc:
+                self.guard.fail("close", exc)
+
+    def _finish_rank0(self, reason: str | None = None, *, wait: bool = True) -> None:
+        unclosed: list[int] | None = None  # None: not waited for (after an error, or a frozen Store)
+        if wait:
+            waited: list[int] = []
+            deadline = time.monotonic() + self.config.close_timeout_s
+
+            def wait_all() -> None:
+                for r in range(self.world):
+                    try:
+                        self.channel.wait(f"closed/{r}", max(0.05, deadline - time.monotonic()))
+                    except Exception:
+                        waited.append(r)
+
+            # Bounded as a whole (a frozen Store can make each wait last a full timeout).
+            if bounded(wait_all, self.config.close_timeout_s + 1.0, self.guard, self.channel):
+                unclosed = waited
         if not self.sink.enabled or not hasattr(self, "_manifest"):
             return
         try:
@@ -659,10 +706,12 @@ class Observer:
                 self._window_log.finish(self.run_dir)
         except Exception as exc:
             self.guard.fail("writing", exc)
-        self._manifest.complete = not unclosed
+        self._manifest.complete = unclosed == [] and reason is None
         self._manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(self.guard.failed),
                                     steps=self.step_index + 1, ddp_mode=self.ddp_mode,
                                     comm_hook_installed_after_step=self.comm_hook_step)
+        if reason is not None:
+            self._manifest.extra["error"] = reason
         self._write_rank0_files(complete=True)
 
     def _switch_off(self) -> None:
@@ -692,8 +741,8 @@ class Observer:
     def __enter__(self) -> Observer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.close(exc)
 
     @property
     def failures(self) -> dict[str, str]:

@@ -1,0 +1,64 @@
+"""How the observer ends when the training loop does not end cleanly.
+
+A user's exception, a KeyboardInterrupt, a peer that died: the other ranks are then blocked in the
+user's own collective for this rank (or fail in it), so nothing at close may wait for them. These
+helpers keep close() to local work plus one bounded Store call:
+
+- ``failure_reason`` — the exception that ends the loop, in one line (None for a clean end, and for
+  ``sys.exit(0)``);
+- ``abandon_gather`` — drop the window gather still in flight instead of waiting ``gather_timeout_s``
+  for peers that will never join it;
+- ``bounded`` — the close handshake's Store calls (``closed/<rank>``; rank 0's wait for the others)
+  run in a helper thread that is waited for at most ``close_timeout_s``: a Store whose host is frozen
+  (not dead) would otherwise hold the process at exit for a Store timeout per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fabricpace.observe._guard import LOG, Guard
+from fabricpace.observe.sidechannel import SideChannel
+
+
+def failure_reason(error: BaseException | None) -> str | None:
+    """One line naming the error that ends the loop; None when the loop ended cleanly."""
+    if error is None:
+        return None
+    if isinstance(error, SystemExit) and error.code in (0, None):
+        return None
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__
+
+
+def abandon_gather(obs: Any) -> None:
+    """Forget the window gather in flight (its peers may never join it); the window is lost."""
+    obs._pending_gather = None
+    LOG.info("fabricpace observer (rank %d): closing after an error; the last window's gather is "
+             "not waited for", obs.rank)
+
+
+def bounded(fn: Callable[[], object], timeout_s: float, guard: Guard, channel: SideChannel) -> bool:
+    """Run ``fn`` (Store calls) in a daemon thread for at most ``timeout_s``; False when it failed or
+    did not finish — then the channel is marked broken, so nothing later waits on that Store again."""
+    if channel.broken is not None:
+        return False
+    done: list[bool] = []
+
+    def run() -> None:
+        try:
+            fn()
+            done.append(True)
+        except Exception as exc:
+            guard.fail("close", exc)
+
+    t = threading.Thread(target=run, name="fabricpace-close", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        channel.broken = f"the Store did not answer within close_timeout_s ({timeout_s:g} s)"
+        guard.fail("close", channel.broken)
+        return False
+    return bool(done)
