@@ -44,6 +44,8 @@ _EMPTY_STEPS = np.zeros((0, len(STEP_FIELDS)), dtype=np.int64)
 
 # Indices into a collective record.
 _SEQ, _GROUP, _OP, _BYTES, _ENTER, _EXIT, _BLOCKING = range(7)
+# CUDA path: ended steps that may wait behind a collective whose exit was never stamped (see poll).
+_MAX_PENDING = 64
 
 
 @dataclass
@@ -334,22 +336,47 @@ class Recorder:
         if colls:
             self._gen.append((self.step, colls))
 
-    def poll(self) -> None:
-        """Resolve ended steps whose device events completed, in step order (CUDA path)."""
+    def poll(self, final: bool = False) -> None:
+        """Resolve ended steps whose device events completed, in step order (CUDA path).
+
+        Every stamp of the head step must have completed, the start included: stamps can sit on
+        different streams (a comm hook's completion is recorded on the future's stream, a step may
+        begin under ``torch.cuda.stream(...)``), so one completed event says nothing about another,
+        and an unresolved stamp would reach the int64 columns as None. A collective whose exit was
+        never stamped (its completion callback failed or never ran) would hold this and every later
+        step forever; once ``_MAX_PENDING`` steps wait behind it, it is written as never completed
+        (null exit), as on the host clock. Resolved rows are new lists, so a late exit stamp written
+        into the old record cannot reach the columns. ``final`` (at close, after a synchronize): a
+        missing exit stamp will not come any more, so it is written as null at once."""
         tl = self.timeline
-        while self._pending:
-            rec = self._pending[0]
+        pending = self._pending
+        while pending:
+            rec = pending[0]
             colls = rec[8]
-            if not (rec[2].query() and all(c[_EXIT] is not None and c[_EXIT].query() for c in colls)):
+            if not (rec[1].query() and rec[2].query()):
                 return
+            stale = final or len(pending) > _MAX_PENDING
+            for c in colls:
+                enter, exit_ = c[_ENTER], c[_EXIT]
+                if exit_ is None:
+                    if not stale:
+                        return
+                elif not exit_.query():
+                    return
+                if enter is not exit_ and not enter.query():
+                    return
             t_start = tl.resolve_anchor(rec[1])
             t_end = tl.resolve(rec[2])
+            rows = []
             for c in colls:
-                c[_ENTER], c[_EXIT] = tl.resolve(c[_ENTER]), tl.resolve(c[_EXIT])
-            self._pending.pop(0)
+                enter, exit_ = c[_ENTER], c[_EXIT]
+                t_in = tl.resolve(enter)
+                t_out = t_in if exit_ is enter else (None if exit_ is None else tl.resolve(exit_))
+                rows.append([c[_SEQ], c[_GROUP], c[_OP], c[_BYTES], t_in, t_out, c[_BLOCKING]])
+            pending.pop(0)
             self._raw.extend((rec[0], t_start, t_end, *rec[3:8]))
-            if colls:
-                self._gen.append((rec[0], colls))
+            if rows:
+                self._gen.append((rec[0], rows))
 
     def _code(self, name: str) -> int:
         code = self._codes.get(name)
