@@ -200,7 +200,7 @@ def item_env(r: Result, a: argparse.Namespace) -> None:
     props = torch.cuda.get_device_properties(0)
     r.numbers.update(gpu=props.name, capability=list(torch.cuda.get_device_capability(0)),
                      gpu_memory_gib=round(props.total_memory / 2**30, 1), gpus=torch.cuda.device_count(),
-                     nccl=".".join(map(str, torch.cuda.nccl.version())),
+                     nccl=_nccl_version(),
                      nccl_available=torch.distributed.is_nccl_available())
     r.check("cuda_available", True)
     r.check("nccl_available", torch.distributed.is_nccl_available())
@@ -218,6 +218,16 @@ def item_env(r: Result, a: argparse.Namespace) -> None:
     if not r.numbers["sysfs_pci_path_exists"]:
         r.notes.append("sysfs has no /sys/bus/pci/devices/<gpu_pci> here (a VM may hide it): "
                        "gpu_numa stays null")
+
+
+def _nccl_version() -> str | None:
+    import torch
+
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception as exc:
+        return f"unknown ({type(exc).__name__})"
+    return ".".join(map(str, v)) if isinstance(v, tuple | list) else str(v)
 
 
 # ----------------------------------------------------------------------------------- events
@@ -697,7 +707,7 @@ def item_overhead(r: Result, a: argparse.Namespace) -> None:
         torch.set_num_threads(1)
     _init_world1("nccl" if cuda else "gloo")
     hidden, layers, batch = (2048, 6, 256) if cuda else (128, 4, 32)
-    pairs = 40 if a.quick else 400
+    pairs = 40 if a.quick else (1000 if cuda else 400)
     x = torch.randn(batch, 64, device=dev)
     y = torch.randn(batch, 16, device=dev)
     models = {arm: DDP(_mlp(hidden, layers).to(dev), bucket_cap_mb=4.0 if cuda else 0.05)
@@ -748,6 +758,9 @@ def item_overhead(r: Result, a: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------- capture
 def item_capture(r: Result, a: argparse.Namespace) -> None:
+    """A stamp inside a CUDA graph capture (a grad hook or comm hook firing while the user captures a
+    step), and a query inside one (``Recorder.poll`` when a whole ``obs.step()`` is captured). The
+    user's capture must survive both; the observer may lose those stamps (reported)."""
     if not _need_cuda(r, a):
         return
     import torch
@@ -760,47 +773,53 @@ def item_capture(r: Result, a: argparse.Namespace) -> None:
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up on a side stream, as torch.cuda.graph's docs ask
-        y = x * 2
+        (x * 2 + 1).sum()
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    stamp: list[Any] = []
-    err_mark = err_query = None
-    try:
-        with torch.cuda.graph(g):
-            y = x * 2
-            try:
-                stamp.append(tl.mark())  # what a grad hook / comm hook stamp does inside a capture
-            except Exception as exc:
-                err_mark = f"{type(exc).__name__}: {str(exc)[:160]}"
-            if stamp:
+    torch.cuda.synchronize()
+
+    def attempt(query: bool) -> tuple[bool, Any]:
+        g = torch.cuda.CUDAGraph()
+        stamp: list[Any] = []
+        info: dict[str, Any] = {}
+        try:
+            with torch.cuda.graph(g):
+                y = x * 2
                 try:
-                    stamp[0].query()  # what Recorder.poll does at the step end
+                    stamp.append(tl.mark())
                 except Exception as exc:
-                    err_query = f"{type(exc).__name__}: {str(exc)[:160]}"
-            y = y + 1
-        captured = True
-        cap_err = None
-    except Exception as exc:
-        captured, cap_err = False, f"{type(exc).__name__}: {str(exc)[:200]}"
-    r.numbers.update(mark_in_capture=err_mark or "no error", query_in_capture=err_query or "no error",
-                     capture_error=cap_err)
-    replay_ok = False
-    if captured:
+                    info["mark_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                if query and stamp:
+                    try:
+                        info["query_returned"] = bool(stamp[0].query())
+                    except Exception as exc:
+                        info["query_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                y = y + 1
+        except Exception as exc:
+            info["capture_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            torch.cuda.synchronize()
+            return False, info
+        ok = False
         try:
             g.replay()
             torch.cuda.synchronize()
-            replay_ok = bool(torch.equal(y, torch.full_like(x, 3.0)))
+            ok = bool(torch.equal(y, torch.full_like(x, 3.0)))
         except Exception as exc:
-            r.numbers["replay_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-    if stamp:
-        try:
-            tl.resolve_anchor(tl.mark())
-            torch.cuda.synchronize()
-            r.numbers["captured_stamp_resolves_to"] = tl.resolve(stamp[0])
-        except Exception as exc:
-            r.numbers["captured_stamp_resolve_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-    # The user's capture must survive an observer stamp inside it (the observer may lose that stamp).
-    r.check("user_capture_survives_stamp", captured and replay_ok)
+            info["replay_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        if stamp:  # what Recorder.poll would meet after the capture
+            try:
+                info["captured_stamp_query_after"] = bool(stamp[0].query())
+                tl.resolve_anchor(tl.mark())
+                torch.cuda.synchronize()
+                info["captured_stamp_resolves_to"] = tl.resolve(stamp[0])
+            except Exception as exc:
+                info["captured_stamp_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        return ok, info
+
+    ok_mark, info_mark = attempt(query=False)
+    ok_query, info_query = attempt(query=True)
+    r.numbers.update(stamp_in_capture=info_mark, stamp_and_query_in_capture=info_query)
+    r.check("user_capture_survives_stamp", ok_mark)
+    r.check("user_capture_survives_query", ok_query)
 
 
 # ----------------------------------------------------------------------------------- compile

@@ -30,7 +30,7 @@ if [ "${1:-}" = "prepare" ]; then
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
         -d .whl polars==2.1.0 polars-runtime-32==2.1.0 pydantic==2.14.4 pydantic_core==2.50.5 \
-        annotated-types==0.8.0 typing-inspection==0.4.5 ijson==3.6.0 || exit 1
+        annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0 ijson==3.6.0 || exit 1
     du -sh .whl
     exit 0
 fi
