@@ -117,6 +117,14 @@ def _need_cuda(r: Result, a: argparse.Namespace) -> bool:
     return False
 
 
+def _gpu_expected(r: Result, a: argparse.Namespace) -> None:
+    """A GPU run (no --cpu) without CUDA fails the item, even though its CPU path still runs."""
+    import torch
+
+    if not a.cpu and not torch.cuda.is_available():
+        r.check("cuda_available", False)
+
+
 def _mlp(hidden: int, layers: int, d_in: int = 64, seed: int = 0) -> Any:
     import torch
 
@@ -378,6 +386,7 @@ class _TimingPacer:
 
 def _one_rank(r: Result, a: argparse.Namespace, mode: str) -> None:
     """b (mode "auto": the default, hook-free) and e (mode "hook") on one rank."""
+    _gpu_expected(r, a)
     import numpy as np
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -598,6 +607,7 @@ def rank_worker(a: argparse.Namespace) -> None:
 
 
 def _gloo_shared(r: Result, a: argparse.Namespace, world: int) -> None:
+    _gpu_expected(r, a)
     import numpy as np
 
     if a.quick and world > 2:
@@ -693,6 +703,7 @@ def item_gloo4(r: Result, a: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------- d
 def item_overhead(r: Result, a: argparse.Namespace) -> None:
+    _gpu_expected(r, a)
     import numpy as np
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -830,6 +841,8 @@ def item_compile(r: Result, a: argparse.Namespace) -> None:
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    _gpu_expected(r, a)
+
     from fabricpace.observe import ObserverConfig, observe
     from fabricpace.run.reader import load_run
 
@@ -888,6 +901,9 @@ def _orchestrate(a: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     items = [i for i in ITEMS if not a.only or i in a.only.split(",")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    env.setdefault("NCCL_DEBUG", "WARN")  # an NCCL failure then says why in the item's stderr tail
+    if a.cpu:  # on a loaded 2-core host, two spinning OpenMP threads per process stretched steps ~100x
+        env.setdefault("OMP_NUM_THREADS", "1")
     src = str(REPO / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     results: dict[str, Any] = {}
