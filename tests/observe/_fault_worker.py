@@ -9,7 +9,9 @@ FAULT is what rank R does at step K:
          next all-reduce until this process is gone)
   raise-before  the same, but between steps (outside ``obs.step()``)
   sigterm  SIGTERM itself (torchrun's way of stopping the other workers when one failed)
-  ro     (rank 0) make the run directory's step parts unwritable (a full disk, see the test)
+  ro     fill the disk the run directory is on (a small tmpfs, see the test): later writes fail
+  mark   only write OUT/fault.json (the test acts on it, e.g. freezes the Store's process)
+  interrupt  raise KeyboardInterrupt inside ``obs.step()``
 
 Every rank appends one JSON line to OUT/rank-R.json when it leaves main(): how it ended (ok, or the
 exception's type and text), wall seconds since the fault (the faulty rank writes OUT/fault.json
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import logging
 import os
 import signal
 import sys
@@ -59,6 +62,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--clock-every", type=int, default=0)
     p.add_argument("--attempt", type=int, default=None,
                    help="fault only in this torchrun attempt (TORCHELASTIC_RESTART_COUNT)")
+    p.add_argument("--store-prefix", default=None,
+                   help="init the process group on PrefixStore(PREFIX, TCPStore client of MASTER_ADDR:PORT)")
+    p.add_argument("--slow-rank0-dir", action="store_true",
+                   help="rank 0 takes 1 s to pick a fresh run directory (as on a slow shared file system)")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="sleep per step (slows the job down)")
     return p.parse_args()
 
@@ -68,7 +75,14 @@ def main() -> int:
     out = Path(a.out)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the driver's "where are you stuck?"
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=a.user_timeout))
+    timeout = timedelta(seconds=a.user_timeout)
+    if a.store_prefix:  # a job that keeps one Store server across attempts, one prefix per attempt
+        client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                               timeout=timeout, wait_for_workers=False)
+        dist.init_process_group("gloo", store=dist.PrefixStore(a.store_prefix, client), timeout=timeout,
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)))
@@ -78,6 +92,8 @@ def main() -> int:
                          store_timeout_s=a.store_timeout, gather_timeout_s=a.gather_timeout,
                          close_timeout_s=a.close_timeout, clock_every=a.clock_every, clock_rounds=3)
     result: dict = {"rank": rank, "pid": os.getpid(), "restart": os.environ.get("TORCHELASTIC_RESTART_COUNT")}
+    if a.slow_rank0_dir and rank == 0:
+        logging.getLogger("fabricpace.observe").addHandler(_SlowDirHandler())
     obs = None
     code = 0
     try:
@@ -109,6 +125,14 @@ def main() -> int:
     with open(out / f"rank-{rank}.json", "a") as f:
         f.write(json.dumps(result) + "\n")
     return code
+
+
+class _SlowDirHandler(logging.Handler):
+    """Sleeps when the observer reports that it moves to ``run_dir-N`` (after listing the old one)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "is not empty" in record.getMessage():
+            time.sleep(1.0)
 
 
 class _Null:

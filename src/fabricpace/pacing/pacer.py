@@ -68,6 +68,7 @@ class Pacer:
         self._hook_new = False  # ...for the first time since the last window
         self._writer: threading.Thread | None = None
         self._write_lock = threading.Lock()
+        self._write_failed = False
         if self.rank == 0 and self.run_dir is not None:
             import fabricpace.run.writer  # noqa: F401  (import pyarrow now, not at the first decision)
 
@@ -222,8 +223,11 @@ class Pacer:
             try:
                 with self._write_lock:
                     write_decisions(run_dir, snapshot)
-            except OSError as exc:  # a full disk must not stop training; decisions stay in memory
-                log.warning("could not write pacing.parquet: %s", exc)
+            except Exception as exc:  # a full disk must not stop training; decisions stay in memory
+                if not self._write_failed:  # say so once: a full disk fails every later write too
+                    self._write_failed = True
+                    log.warning("could not write pacing.parquet (%s); decisions stay in memory, "
+                                "no further warnings", exc)
 
         if self._writer is not None:
             self._writer.join()
