@@ -39,6 +39,10 @@ def test_gpu_check_cpu_quick(tmp_path: Path) -> None:
             assert res["checks"] and all(res["checks"].values()), (name, res["checks"])
     for name in CUDA_ONLY:
         assert "no CUDA" in items[name]["reason"]
+    # The events item's own code ran against the fake device (clocks.FakeEventSource) and its checks
+    # held there: calibration, the anchor chain, an idle gap, an event before its anchor.
+    selftest = items["events"]["numbers"]["selftest_fake_device"]
+    assert selftest["status"] == "pass", selftest
     assert r.returncode == 0 and "gpu_check:" in r.stdout
     # What the shared path measured, not only that it ran.
     one = items["nccl1"]
