@@ -260,6 +260,13 @@ def item_events(r: Result, a: argparse.Namespace) -> None:
         tl = EventTimeline(clock, CudaEventSource())
         _event_checks(r, tl, clock, torch.cuda.synchronize, lambda ev: ev.synchronize(), work, a.quick)
         _event_checks_cuda(r, tl)
+        # The same through a source bound to a device (records on that device's current stream).
+        bound = Result("events-device-bound")
+        tl_dev = EventTimeline(clock, CudaEventSource("cuda:0"))
+        _event_checks(bound, tl_dev, clock, torch.cuda.synchronize, lambda ev: ev.synchronize(), work, True)
+        _event_checks_cuda(bound, tl_dev)
+        r.numbers["device_bound_source"] = bound.to_json()
+        r.check("device_bound_source", bound.to_json()["status"] == "pass")
         return
     if not a.cpu:
         r.check("cuda_available", False)

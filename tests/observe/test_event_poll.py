@@ -134,3 +134,29 @@ def test_final_poll_writes_a_missing_exit_as_null():
     rec.drain()
     assert [r[0] for r in rec.step_rows] == [0]
     assert rec.coll_rows[0][6] is None
+
+
+def test_timeline_stamps_through_a_source_that_records_itself():
+    """A source with ``stamp()`` (CudaEventSource bound to a device records on that device's stream)
+    is used for every mark, the calibration's included."""
+    src = ManualSource()
+    calls = []
+
+    def stamp():
+        ev = src.new_event()
+        ev.record()
+        calls.append(ev)
+        return ev
+
+    src.stamp = stamp  # type: ignore[attr-defined]
+    tl = EventTimeline(CpuClock(), src)
+    assert len(calls) == 1  # the calibration's base event
+    rec = Recorder(tl)
+    rec.begin(0)
+    rec.end(data=0, gc=0, gc_count=0, paced=0, samples=1)
+    assert len(calls) == 3
+    src.synchronize()
+    rec.poll()
+    rec.drain()
+    (row,) = rec.step_rows
+    assert row[2] - row[1] == 1_000_000  # the manual device advances 1 ms per stamp

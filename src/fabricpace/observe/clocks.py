@@ -79,18 +79,35 @@ class EventSource(Protocol):
 
 
 class CudaEventSource:
-    """Real CUDA events with timing enabled (imported lazily; only built when CUDA is in use)."""
+    """Real CUDA events with timing enabled (imported lazily; only built when CUDA is in use).
 
-    def __init__(self) -> None:
+    ``device``: record on that device's current stream (``stamp``) instead of the current device's.
+    Without it, a process whose model sits on ``cuda:k`` but never called ``torch.cuda.set_device(k)``
+    stamps its steps on ``cuda:0``'s idle stream (and creates a context there), while the autograd
+    thread's bucket stamps land on ``cuda:k``: ``elapsed_time`` across devices then raises and the
+    observer stops recording after the first step.
+    """
+
+    def __init__(self, device: Any = None) -> None:
         import torch
 
         self._torch = torch
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None:
+            event, current, dev = torch.cuda.Event, torch.cuda.current_stream, self.device
+
+            def stamp() -> Any:
+                ev = event(enable_timing=True)
+                ev.record(current(dev))
+                return ev
+
+            self.stamp = stamp
 
     def new_event(self) -> Event:
         return self._torch.cuda.Event(enable_timing=True)  # type: ignore[no-any-return]
 
     def synchronize(self) -> None:
-        self._torch.cuda.synchronize()
+        self._torch.cuda.synchronize(self.device)
 
 
 class EventTimeline:
@@ -105,8 +122,10 @@ class EventTimeline:
     def __init__(self, clock: CpuClock, source: EventSource) -> None:
         self.clock = clock
         self.source = source
-        base = source.new_event()
-        base.record()
+        stamp = getattr(source, "stamp", None)  # a source that records on a chosen stream itself
+        if stamp is not None:
+            self.mark = stamp  # type: ignore[method-assign]
+        base = self.mark()
         source.synchronize()  # the only synchronize: calibrates device time against the host clock
         self._anchor: Any = base
         self._anchor_ns = clock.now()
