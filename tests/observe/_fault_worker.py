@@ -66,6 +66,8 @@ def parse() -> argparse.Namespace:
                    help="init the process group on PrefixStore(PREFIX, TCPStore client of MASTER_ADDR:PORT)")
     p.add_argument("--slow-rank0-dir", action="store_true",
                    help="rank 0 takes 1 s to pick a fresh run directory (as on a slow shared file system)")
+    p.add_argument("--pacer-timeout-rank", type=int, default=None,
+                   help="this rank's pacer gets a 0 s controller time limit (it turns itself off)")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="sleep per step (slows the job down)")
     return p.parse_args()
 
@@ -97,8 +99,15 @@ def main() -> int:
     obs = None
     code = 0
     try:
+        pacing: object = a.pacing
+        if a.pacer_timeout_rank is not None:
+            from fabricpace.pacing import PacingConfig, make_pacer
+
+            limit = 0.0 if rank == a.pacer_timeout_rank else 2.0
+            pacing = make_pacer(a.pacing, rank=rank, world_size=dist.get_world_size(), run_dir=None,
+                                window=a.window, config=PacingConfig(controller_timeout_s=limit))
         obs = None if a.no_observe else fabricpace.observe(model, run_dir=a.run_dir or out / "run",
-                                                           pacing=a.pacing, config=cfg)
+                                                           pacing=pacing, config=cfg)
         result["run_dir"] = None if obs is None else str(obs.run_dir)
         with obs if obs is not None else _Null():
             for i in range(a.steps):
@@ -116,6 +125,8 @@ def main() -> int:
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
+                if obs is not None and "pacer_off_step" not in result and not obs.pacer.active:
+                    result["pacer_off_step"] = i
         result["end"] = "ok"
     except BaseException as exc:  # record how the rank ended, then exit non-zero
         result["end"] = f"{type(exc).__name__}: {str(exc)[:200]}"

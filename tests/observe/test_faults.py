@@ -282,3 +282,17 @@ def test_misuse_is_harmless(tmp_path, monkeypatch):
     second.close()
     assert second.run_dir == tmp_path / "again-1"  # the first run is kept, not overwritten
     assert fabricpace.load_run(first.run_dir).steps.height == 1
+
+
+def test_a_rank_local_pacing_failure_turns_pacing_off_on_every_rank(launcher, tmp_path):
+    # Rank 1's controller exceeds its time limit (a rank-local event: 0 s limit there), so rank 1
+    # turns pacing off. The old observer left the other ranks pacing with the old decisions (batch
+    # shares no longer agreed across ranks, for the rest of the run); now the flag rides on the next
+    # window gather and every rank drops pacing at the same window.
+    recs = _launch(launcher, tmp_path, "none", "--pacing", "auto", "--pacer-timeout-rank", "1",
+                   "--steps", "24", "--window", "4")
+    assert all(r["end"] == "ok" for r in recs)
+    off = [r.get("pacer_off_step") for r in recs]
+    assert None not in off, f"pacing still on at the end on some rank: {off}"
+    assert max(off) - min(off) <= 4  # within one window
+    assert "pacing went off on rank 1" in recs[0]["failures"]["pacing"]

@@ -39,6 +39,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fabricpace.observe import align, chunks, locality, startup, windows
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
@@ -543,9 +545,12 @@ class Observer:
         cfg = self.config
         try:
             steps, colls = self.recorder.take_window() if self.recording else ([], [])  # type: ignore[assignment]
-            vec = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
+            row = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
                                        colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots,
                                        leaf=getattr(self, "_leaf", -1.0))
+            # One more float: 1 when this rank's pacer went off after a failure, so every rank drops
+            # pacing at the same window and their decisions (batch shares) agree again.
+            vec = np.append(row, 1.0 if self.pacer.failed_here else 0.0)
             self._windows_closed += 1
             if self.distributed:
                 import torch
@@ -562,11 +567,11 @@ class Observer:
                 if cfg.gather_lag_steps == 0:
                     self._finish_gather()
                 return
-            summaries = windows.cross_rank(vec[None, :], cfg.arrival_slots)
+            summaries = windows.cross_rank(vec[None, :-1], cfg.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries)
+        self._use_window(summaries, vec[None, -1])
 
     def _finish_gather(self) -> None:
         """Wait for the pending gather (bounded by the group's timeout) and use its summaries."""
@@ -576,14 +581,19 @@ class Observer:
         work, out, _ = pending
         try:
             work.wait()
-            summaries = windows.cross_rank(out.numpy(), self.config.arrival_slots)  # out: (world × length)
+            matrix = out.numpy()  # (world × length): summary fields, arrival block, pacer-failed flag
+            summaries = windows.cross_rank(matrix[:, :-1], self.config.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries)
+        self._use_window(summaries, matrix[:, -1])
 
-    def _use_window(self, summaries: list[WindowSummary]) -> None:
+    def _use_window(self, summaries: list[WindowSummary], pacer_failed: Any = None) -> None:
         cfg = self.config
+        if pacer_failed is not None and self.pacer.active and pacer_failed.any():
+            # Another rank's pacer failed (an error, a controller over its time limit): decisions
+            # are no longer the same everywhere, so pacing goes off on every rank at this window.
+            self.pacer.drop(f"pacing went off on rank {int(np.flatnonzero(pacer_failed)[0])}")
         self.summaries = summaries
         self.window_history.append(summaries)
         if self._window_log is not None:

@@ -52,22 +52,38 @@ class SafePacer:
         self.guard = guard
         self.rank = rank
         self.world = world
+        self.dropped = False  # dropped after its own exception (not by a peer's, not at close)
 
     @property
     def active(self) -> bool:
         return self.pacer is not None
 
-    def _drop(self, exc: BaseException) -> None:
+    @property
+    def failed_here(self) -> bool:
+        """This rank's pacer went off after a failure (its exception, or it turned itself off, e.g.
+        a controller update over its time limit) — a rank-local event the other ranks must learn of."""
+        if self.dropped:
+            return True
+        reason = getattr(self.pacer, "off_reason", None) if self.pacer is not None else None
+        return reason is not None and reason != "pinned"
+
+    def _drop(self, exc: BaseException | str) -> None:
         pacer, self.pacer = self.pacer, None
         self.guard.fail("pacing", exc)
         with contextlib.suppress(Exception):  # it already failed; its close may fail too
             pacer.close()
+
+    def drop(self, reason: str) -> None:
+        """Turn pacing off on this rank because another rank's pacer failed (logged once)."""
+        if self.pacer is not None:
+            self._drop(reason)
 
     def on_step_start(self, step: int) -> None:
         if self.pacer is not None:
             try:
                 self.pacer.on_step_start(step)
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
 
     def on_step_end(self, step: int) -> int:
@@ -75,6 +91,7 @@ class SafePacer:
             try:
                 return max(0, int(self.pacer.on_step_end(step) or 0))
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
         return 0
 
@@ -83,6 +100,7 @@ class SafePacer:
             try:
                 self.pacer.before_bucket(index)
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
 
     def after_bucket(self, index: int) -> None:
@@ -90,6 +108,7 @@ class SafePacer:
             try:
                 self.pacer.after_bucket(index)
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
 
     def wants_comm_hook(self) -> bool:
@@ -100,6 +119,7 @@ class SafePacer:
         try:
             return bool(fn())
         except Exception as exc:
+            self.dropped = True
             self._drop(exc)
             return False
 
@@ -108,6 +128,7 @@ class SafePacer:
             try:
                 self.pacer.on_window(step, summaries)
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
 
     def batch_share(self, global_batch: int) -> int:
@@ -115,6 +136,7 @@ class SafePacer:
             try:
                 return int(self.pacer.batch_share(global_batch))
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
         return equal_share(global_batch, self.rank, self.world)
 
@@ -123,6 +145,7 @@ class SafePacer:
             try:
                 return str(self.pacer.status())
             except Exception as exc:
+                self.dropped = True
                 self._drop(exc)
         return "pacing off"
 
