@@ -12,6 +12,7 @@ FAULT is what rank R does at step K:
   ro     fill the disk the run directory is on (a small tmpfs, see the test): later writes fail
   mark   only write OUT/fault.json (the test acts on it, e.g. freezes the Store's process)
   interrupt  raise KeyboardInterrupt inside ``obs.step()``
+  stop   SIGSTOP itself (a frozen node: the others wait for the job's own collective timeout)
 
 Every rank appends one JSON line to OUT/rank-R.json when it leaves main(): how it ended (ok, or the
 exception's type and text), wall seconds since the fault (the faulty rank writes OUT/fault.json
@@ -180,6 +181,8 @@ def _fault(fault: str, out: Path, obs: object) -> None:
     _mark(out)
     if fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "stop":  # frozen (SIGSTOP), not dead: the peers wait in the user's collective
+        os.kill(os.getpid(), signal.SIGSTOP)
     if fault == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)

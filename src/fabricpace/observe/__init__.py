@@ -12,7 +12,8 @@ bucket arrivals, the default), ``hooks`` (DDP comm hook),
 ``collectives`` (plain-collective wrapper), ``chunks`` (crash-safe writer thread), ``windows``
 (window summaries and the arrival block), ``status`` (status line, Prometheus), ``locality``
 (host/NUMA/GPU/NIC probe), ``pacer`` (pacing hook calls), ``startup`` (rank/world, run
-directory, ranks table), ``observer`` (the Observer). torch is imported only when a distributed
+directory, ranks table), ``shutdown`` (closing after an error or with a frozen Store), ``observer``
+(the Observer). torch is imported only when a distributed
 feature is used, so this package imports without it.
 """
 
