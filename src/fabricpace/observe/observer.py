@@ -201,6 +201,10 @@ class Observer:
         if self.distributed:
             import torch.distributed as dist
 
+            # A private gloo group with its own timeout: window gathers can never hang training
+            # (and on NCCL jobs they stay off the GPU). First, as before: every rank reaches it
+            # (a rank whose observer failed earlier would leave the others in it).
+            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
             # A token agreed through the job's own Store keeps a restarted attempt off the keys an
             # earlier attempt left on the same Store server (sidechannel.session_token).
             token = session_token(job_store(), rank=self.rank, session=self._session,
@@ -209,9 +213,6 @@ class Observer:
                                        f"fabricpace/{token}/obs{self._session}", cfg.store_timeout_s)
             if self.channel.store is None:
                 raise RuntimeError("no Store on the default process group")
-            # A private gloo group with its own timeout: window gathers can never hang training
-            # (and on NCCL jobs they stay off the GPU).
-            self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
             self._all_gather = dist.all_gather  # the original, even if the collective wrapper is installed
         if not self.distributed:
             if self.rank == 0:
