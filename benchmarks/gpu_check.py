@@ -12,6 +12,11 @@ measured numbers) and a short summary to stdout. Items:
 * ``events`` (CUDA) — ``EventTimeline`` against real CUDA events: the start-up calibration error,
   the anchor chain against the host clock over many steps and after an idle gap (drift), events on
   another stream, the cost of a stamp/query/elapsed_time, what an unrecorded event answers.
+* ``gate1`` — the comm gate on NCCL: one rank, hook mode, a user comm hook adding ~1 ms of device
+  work to every bucket, fabricpace's pacer pinned to one bucket in flight vs the same run ungated;
+  gated buckets enter only after the previous one's exit (the gate releases on the CUDA event
+  recorded in the completion callback, since NCCL completes the future at enqueue); parameters
+  bitwise equal.
 * ``nccl1`` — one NCCL rank (gloo on ``--cpu``), DDP with ``fabricpace.observe`` in its default mode:
   run directory written; steps and collectives non-empty with sane times; the step end resolved
   from its CUDA event against the host time the loop saw; ``fabricpace diagnose`` and ``report``
@@ -51,9 +56,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-ITEMS = ("env", "events", "nccl1", "hook1", "gloo2", "gloo4", "overhead", "capture", "compile")
+ITEMS = ("env", "events", "nccl1", "hook1", "gate1", "gloo2", "gloo4", "overhead", "capture", "compile")
 # Seconds per item (full run, --quick). The full run must end within ~4 minutes on one H200.
-TIMEOUTS = {"env": (60, 40), "events": (60, 30), "nccl1": (90, 60), "hook1": (60, 40), "gloo2": (75, 50),
+TIMEOUTS = {"env": (60, 40), "events": (60, 30), "nccl1": (90, 60), "hook1": (60, 40), "gate1": (60, 40),
+            "gloo2": (75, 50),
             "gloo4": (90, 60), "overhead": (60, 40), "capture": (40, 30), "compile": (150, 120)}
 
 
@@ -576,6 +582,96 @@ def item_nccl1(r: Result, a: argparse.Namespace) -> None:
 
 def item_hook1(r: Result, a: argparse.Namespace) -> None:
     _one_rank(r, a, "hook")
+
+
+def item_gate1(r: Result, a: argparse.Namespace) -> None:
+    """The comm gate holds launches until the previous bucket *finished* (NCCL completes a work's
+    future at enqueue, so the gate releases on the CUDA event the observer records on the callback's
+    stream). One rank, the observer's hook mode, a user comm hook whose callback adds ~1 ms of device
+    work to every bucket (world size 1 all-reduces are too short to overlap anything); fabricpace's
+    pacer pinned to one bucket in flight, against the same run ungated. Gated: a bucket is entered only
+    after the previous one's exit; parameters bitwise equal to the ungated run."""
+    _gpu_expected(r, a)
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from fabricpace.observe import ObserverConfig, observe
+    from fabricpace.pacing import PacingConfig, make_pacer
+    from fabricpace.pacing.state import PacingState
+    from fabricpace.run.reader import load_run
+
+    cuda = _cuda(a.cpu)
+    dev = torch.device("cuda:0" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(0)
+    _init_world1("nccl" if cuda else "gloo")
+    hidden, layers, batch = (1024, 6, 256) if cuda else (128, 4, 32)
+    steps = 16 if a.quick else 40
+    n = 1536 if cuda else 96
+    ballast = torch.randn(n, n, device=dev)
+
+    def slow_allreduce(_state: Any, bucket: Any) -> Any:
+        fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+
+        def then(f: Any) -> Any:
+            for _ in range(4 if cuda else 1):  # device work after the transfer, before the completion
+                torch.mm(ballast, ballast)
+            v = f.value()
+            return v[0] if isinstance(v, list) else v
+
+        return fut.then(then)
+
+    gen = torch.Generator().manual_seed(11)
+    data = [(torch.randn(batch, 64, generator=gen).to(dev), torch.randn(batch, 16, generator=gen).to(dev))
+            for _ in range(steps)]
+
+    def run(gated: bool) -> tuple[Any, Any, Any]:
+        model = DDP(_mlp(hidden, layers).to(dev), bucket_cap_mb=1.0 if cuda else 0.02)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        pacer = make_pacer("comm", rank=0, world_size=1, run_dir=None, window=10,
+                           config=PacingConfig(max_delay_share=0.5))
+        if gated:
+            pacer.pin(PacingState(comm_window=1), step_time_ns=10e9)  # budget 5 s a step: never the limit
+        cfg = ObserverConfig(status_line=False, flush_mode="main", ddp_instrumentation="hook")
+        run_dir = Path(a.work) / "runs" / f"gate1-{'gated' if gated else 'free'}"
+        obs = observe(model, run_dir=run_dir, window=10, config=cfg, pacing=pacer,
+                      comm_hook=(None, slow_allreduce))
+        for x, y in data:
+            with obs.step(samples=batch):
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                _sync(dev)
+        obs.close()
+        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+        return params, pacer, load_run(obs.run_dir).collectives
+
+    def serialized(co: Any) -> tuple[float, int]:
+        """Share of consecutive bucket pairs in a step where the next entered after the last exited."""
+        pairs = ok = 0
+        for _, g in co.sort("step", "seq").group_by("step", maintain_order=True):
+            e, x = g["t_enter_ns"].to_numpy(), g["t_exit_ns"].to_numpy()
+            pairs += max(0, e.size - 1)
+            ok += int((e[1:] >= x[:-1] - 1_000).sum())
+        return (ok / pairs if pairs else float("nan")), pairs
+
+    free_params, free_pacer, free_co = run(False)
+    gated_params, gated_pacer, gated_co = run(True)
+    s_free, _ = serialized(free_co)
+    s_gated, n_gated = serialized(gated_co)
+    gate = gated_pacer.comm
+    r.numbers.update(backend="nccl" if cuda else "gloo", steps=steps, bucket_pairs=n_gated,
+                     serialized_share_ungated=round(s_free, 3), serialized_share_gated=round(s_gated, 3),
+                     gate_waits=gate.waits, max_in_flight_seen=gate.max_in_flight_seen,
+                     ungated_max_in_flight_seen=free_pacer.comm.max_in_flight_seen)
+    r.check("buckets_per_step_at_least_2", n_gated > 0, n_gated)
+    r.check("gated_max_in_flight_is_1", gate.max_in_flight_seen == 1)
+    r.check("gated_buckets_enter_after_previous_exit", s_gated >= 0.9)
+    r.check("parameters_bitwise_equal_to_ungated", bool(torch.equal(free_params, gated_params)))
+    if s_free >= 0.9:
+        r.notes.append("the ungated run was serialized too: the buckets did not overlap, so this run "
+                       "cannot show the gate's effect (only that it does no harm)")
 
 
 # ----------------------------------------------------------------------------------- c

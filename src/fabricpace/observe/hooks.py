@@ -84,9 +84,12 @@ def wrap_hook(
         def done(f: Any) -> Any:
             # Completion first, before anything else can delay the stamp.
             try:
-                rec[_EXIT] = mark()
+                stamp = rec[_EXIT] = mark()
                 if observer.pacer.pacer is not None:
-                    observer.pacer.after_bucket(index)
+                    # On CUDA the stamp is an event recorded on this callback's stream, which the GPU
+                    # reaches after the all-reduce: the comm gate's release (NCCL runs this callback
+                    # at enqueue). On CPU it is a clock reading, and this callback runs at completion.
+                    observer.pacer.after_bucket(index, stamp if hasattr(stamp, "query") else None)
             except Exception as exc:
                 observer.guard.fail("recording", exc)
             value = f.value()

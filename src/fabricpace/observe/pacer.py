@@ -103,10 +103,15 @@ class SafePacer:
                 self.dropped = True
                 self._drop(exc)
 
-    def after_bucket(self, index: int) -> None:
+    def after_bucket(self, index: int, done: Any = None) -> None:
+        """``done``: the bucket's completion probe (a CUDA event), for pacers that take one; others
+        get the plain call, as the Pacer protocol has it."""
         if self.pacer is not None:
             try:
-                self.pacer.after_bucket(index)
+                if done is not None and getattr(self.pacer, "accepts_completion_probe", False):
+                    self.pacer.after_bucket(index, done)
+                else:
+                    self.pacer.after_bucket(index)
             except Exception as exc:
                 self.dropped = True
                 self._drop(exc)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections import deque
+from typing import Any
 
 
 class GcLockstep:
@@ -65,7 +67,18 @@ class CommGate:
     ``before`` blocks the launching thread only while the budget for this step lasts; when the budget
     is spent the bucket goes out at once, so a step can never be slowed by more than the cap (default
     1% of the median step time) and a missing completion can never hang training.
+
+    A bucket is in flight from ``before`` until ``after``, or — when ``after`` is given a completion
+    probe — until the probe's ``query()`` says the transfer finished. NCCL needs the probe: its work
+    future completes, and runs the comm hook's callback, as soon as the all-reduce is *enqueued* on
+    the GPU (PyTorch's CUDA future), so counting callbacks would count launches and the window would
+    never hold. The observer passes the CUDA event it records on the callback's stream, which the GPU
+    reaches only after the all-reduce.
     """
+
+    # How often a launch held by a full window polls the oldest bucket's probe (CUDA events cannot
+    # wake a waiting thread): fine against a bucket transfer of a few hundred µs or more.
+    PROBE_POLL_S = 50e-6
 
     def __init__(self) -> None:
         self.window: int | None = None
@@ -77,6 +90,7 @@ class CommGate:
         self._last_launch_ns = 0
         self.max_in_flight_seen = 0
         self.waits = 0
+        self._pending: deque[Any] = deque()  # completion probes of buckets released by a probe
 
     def apply(self, window: int | None, spacing_ns: int, budget_ns: int) -> None:
         with self._cv:
@@ -93,12 +107,12 @@ class CommGate:
         t0 = time.perf_counter_ns()
         with self._cv:
             if self.window is not None:
-                while self._in_flight >= self.window:
+                while self._reap() >= self.window:
                     left = self.budget_ns - self._used_ns - (time.perf_counter_ns() - t0)
                     if left <= 0:
                         break
                     self.waits += 1
-                    self._cv.wait(left / 1e9)
+                    self._cv.wait(min(left / 1e9, self.PROBE_POLL_S) if self._pending else left / 1e9)
             gap = self._last_launch_ns + self.spacing_ns - time.perf_counter_ns() if self.spacing_ns else 0
             left = self.budget_ns - self._used_ns - (time.perf_counter_ns() - t0)
         if gap > 0 and left > 0:
@@ -110,10 +124,29 @@ class CommGate:
             self._last_launch_ns = now
             self._used_ns += now - t0 if (self.window is not None or self.spacing_ns) else 0
 
-    def after(self, bucket_index: int) -> None:
+    def _reap(self) -> int:
+        """Buckets still in flight, after releasing those whose probe says they finished (in launch
+        order: a group's collectives complete in order). Called with the lock held."""
+        while self._pending:
+            try:
+                done = bool(self._pending[0].query())
+            except Exception:  # a probe that cannot answer must not hold launches: count it done
+                done = True
+            if not done:
+                break
+            self._pending.popleft()
+            self._in_flight = max(0, self._in_flight - 1)
+        return self._in_flight
+
+    def after(self, bucket_index: int, done: Any = None) -> None:
+        """The bucket's completion callback ran; ``done``: a probe (``query() -> bool``) for when the
+        transfer really finished, when the callback runs before that (NCCL)."""
         if self.window is None and not self.spacing_ns:
             return
         with self._cv:
+            if done is not None:
+                self._pending.append(done)
+                return
             self._in_flight = max(0, self._in_flight - 1)
             self._cv.notify()
 
@@ -121,7 +154,9 @@ class CommGate:
         """Delay injected during the step that just ended (ns); resets per-step counters."""
         with self._cv:
             used, self._used_ns = self._used_ns, 0
-            # Every bucket of a step has completed before the optimizer step; a missed completion
+            # Every bucket of a step has completed before the optimizer step (on the GPU: the
+            # optimizer's kernels are ordered after DDP's wait on the all-reduces); a missed completion
             # callback must not leak into the next step's window.
             self._in_flight = 0
+            self._pending.clear()
             return used

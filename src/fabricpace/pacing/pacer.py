@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +91,11 @@ class Pacer:
             self._hook_new = True
         self.comm.before(bucket_index)
 
-    def after_bucket(self, bucket_index: int) -> None:
-        self.comm.after(bucket_index)
+    # The observer may pass a completion probe to after_bucket (see CommGate): this pacer takes it.
+    accepts_completion_probe = True
+
+    def after_bucket(self, bucket_index: int, done: Any = None) -> None:
+        self.comm.after(bucket_index, done)
 
     def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
         if not self.enabled:
