@@ -19,7 +19,8 @@ Lifecycle (every rank runs the same code at the same place):
    ``clock_every`` steps a background re-alignment starts.
 5. close — last chunk, writer drained with a timeout, rank 0 waits (bounded) for every rank to
    report closed, rewrites ranks.parquet with the final clock offsets, writes windows.parquet and
-   marks the manifest complete.
+   marks the manifest complete. After an error in the loop nothing waits for a peer (``shutdown``):
+   the error propagates unchanged and the manifest stays incomplete, naming it.
 
 Any failure is logged once (``_guard``) and switches off the part that failed; a failure in the
 core switches the whole observer off. A DDP comm hook keeps reducing exactly as before; the
@@ -47,7 +48,7 @@ from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, cloc
 from fabricpace.observe.config import ObserverConfig
 from fabricpace.observe.pacer import SafePacer, load_pacer
 from fabricpace.observe.recorder import Recorder
-from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason
+from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason, finish_rank0
 from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
 from fabricpace.observe.window_log import WindowLog
 from fabricpace.run.manifest import Manifest, write_manifest
@@ -690,40 +691,9 @@ class Observer:
                        self.guard, channel)
         if self.rank == 0:
             try:
-                self._finish_rank0(reason, wait=told and reason is None)
+                finish_rank0(self, reason, wait=told and reason is None)
             except Exception as exc:
                 self.guard.fail("close", exc)
-
-    def _finish_rank0(self, reason: str | None = None, *, wait: bool = True) -> None:
-        unclosed: list[int] | None = None  # None: not waited for (after an error, or a frozen Store)
-        if wait:
-            waited: list[int] = []
-            deadline = time.monotonic() + self.config.close_timeout_s
-
-            def wait_all() -> None:
-                for r in range(self.world):
-                    try:
-                        self.channel.wait(f"closed/{r}", max(0.05, deadline - time.monotonic()))
-                    except Exception:
-                        waited.append(r)
-
-            # Bounded as a whole (a frozen Store can make each wait last a full timeout).
-            if bounded(wait_all, self.config.close_timeout_s + 1.0, self.guard, self.channel):
-                unclosed = waited
-        if not self.sink.enabled or not hasattr(self, "_manifest"):
-            return
-        try:
-            if self._window_log is not None:
-                self._window_log.finish(self.run_dir)
-        except Exception as exc:
-            self.guard.fail("writing", exc)
-        self._manifest.complete = unclosed == [] and reason is None
-        self._manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(self.guard.failed),
-                                    steps=self.step_index + 1, ddp_mode=self.ddp_mode,
-                                    comm_hook_installed_after_step=self.comm_hook_step)
-        if reason is not None:
-            self._manifest.extra["error"] = reason
-        self._write_rank0_files(complete=True)
 
     def _switch_off(self) -> None:
         self.recording = False

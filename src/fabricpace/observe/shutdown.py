@@ -10,12 +10,14 @@ helpers keep close() to local work plus one bounded Store call:
   for peers that will never join it;
 - ``bounded`` — the close handshake's Store calls (``closed/<rank>``; rank 0's wait for the others)
   run in a helper thread that is waited for at most ``close_timeout_s``: a Store whose host is frozen
-  (not dead) would otherwise hold the process at exit for a Store timeout per call.
+  (not dead) would otherwise hold the process at exit for a Store timeout per call;
+- ``finish_rank0`` — rank 0's last word: the manifest, complete only after a clean end on every rank.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,3 +64,39 @@ def bounded(fn: Callable[[], object], timeout_s: float, guard: Guard, channel: S
         guard.fail("close", channel.broken)
         return False
     return bool(done)
+
+
+def finish_rank0(obs: Any, reason: str | None, *, wait: bool) -> None:
+    """Rank 0 after its own close: wait (bounded as a whole) for the others' "closed" keys unless
+    ``wait`` is False (an error, or the Store did not answer), then write windows.parquet, the final
+    ranks.parquet and the manifest — complete only when every rank closed and no error ended the loop."""
+    unclosed: list[int] | None = None  # None: not waited for
+    if wait:
+        waited: list[int] = []
+        deadline = time.monotonic() + obs.config.close_timeout_s
+
+        def wait_all() -> None:
+            for r in range(obs.world):
+                try:
+                    obs.channel.wait(f"closed/{r}", max(0.05, deadline - time.monotonic()))
+                except Exception:
+                    waited.append(r)
+
+        # Bounded as a whole (a frozen Store can make each wait last a full timeout).
+        if bounded(wait_all, obs.config.close_timeout_s + 1.0, obs.guard, obs.channel):
+            unclosed = waited
+    if not obs.sink.enabled or not hasattr(obs, "_manifest"):
+        return
+    try:
+        if obs._window_log is not None:
+            obs._window_log.finish(obs.run_dir)
+    except Exception as exc:
+        obs.guard.fail("writing", exc)
+    manifest = obs._manifest
+    manifest.complete = unclosed == [] and reason is None
+    manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(obs.guard.failed),
+                          steps=obs.step_index + 1, ddp_mode=obs.ddp_mode,
+                          comm_hook_installed_after_step=obs.comm_hook_step)
+    if reason is not None:
+        manifest.extra["error"] = reason
+    obs._write_rank0_files(complete=True)
