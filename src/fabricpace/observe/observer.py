@@ -236,7 +236,7 @@ class Observer:
         if event_source is not None or startup.on_cuda(model):
             from fabricpace.observe.clocks import CudaEventSource
 
-            timeline = EventTimeline(self.clock, event_source or CudaEventSource())
+            timeline = EventTimeline(self.clock, event_source or CudaEventSource(startup.cuda_device(model)))
         self.recorder = Recorder(timeline)
         self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
         if self.rank == 0:
@@ -674,7 +674,7 @@ class Observer:
                 poll = getattr(self.recorder.timeline, "source", None)
                 if poll is not None and self.recorder._pending:
                     poll.synchronize()  # close is off the hot path: resolve the last device events
-                    self.recorder.poll()
+                    self.recorder.poll(final=True)  # an exit stamp missing now will never come
                 self._flush()
             drained = self.sink.close(self.config.close_timeout_s) if hasattr(self, "sink") else True
             if not drained:

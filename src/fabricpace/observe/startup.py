@@ -40,6 +40,15 @@ def on_cuda(model: Any) -> bool:
         return False
 
 
+def cuda_device(model: Any) -> Any:
+    """The CUDA device of the model's first CUDA parameter (None when it has none): the observer's
+    step stamps must go on that device's stream, whatever the current device is."""
+    try:
+        return next((p.device for p in model.parameters() if p.is_cuda), None)
+    except Exception:
+        return None
+
+
 def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
