@@ -69,6 +69,8 @@ def parse() -> argparse.Namespace:
                    help="rank 0 takes 1 s to pick a fresh run directory (as on a slow shared file system)")
     p.add_argument("--pacer-timeout-rank", type=int, default=None,
                    help="this rank's pacer gets a 0 s controller time limit (it turns itself off)")
+    p.add_argument("--pin-gc-rank", type=int, default=None,
+                   help="every rank pins lockstep GC every 5 steps, this rank every 7 (states differ)")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="sleep per step (slows the job down)")
     return p.parse_args()
 
@@ -107,6 +109,13 @@ def main() -> int:
             limit = 0.0 if rank == a.pacer_timeout_rank else 2.0
             pacing = make_pacer(a.pacing, rank=rank, world_size=dist.get_world_size(), run_dir=None,
                                 window=a.window, config=PacingConfig(controller_timeout_s=limit))
+        if a.pin_gc_rank is not None:
+            from fabricpace.pacing import make_pacer
+            from fabricpace.pacing.state import PacingState
+
+            pacing = make_pacer("gc", rank=rank, world_size=dist.get_world_size(), run_dir=None,
+                                window=a.window)
+            pacing.pin(PacingState(gc_interval=7 if rank == a.pin_gc_rank else 5))
         obs = None if a.no_observe else fabricpace.observe(model, run_dir=a.run_dir or out / "run",
                                                            pacing=pacing, config=cfg)
         result["run_dir"] = None if obs is None else str(obs.run_dir)

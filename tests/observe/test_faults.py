@@ -296,3 +296,17 @@ def test_a_rank_local_pacing_failure_turns_pacing_off_on_every_rank(launcher, tm
     assert None not in off, f"pacing still on at the end on some rank: {off}"
     assert max(off) - min(off) <= 4  # within one window
     assert "pacing went off on rank 1" in recs[0]["failures"]["pacing"]
+
+
+def test_pacing_states_that_differ_between_ranks_turn_pacing_off_on_every_rank(launcher, tmp_path):
+    # Every rank decides from the same gathered windows, so their pacing states agree — unless
+    # something rank-local intervenes (here: rank 1 pinned to another GC interval; in a real job,
+    # float results that differ between hosts). Each rank's window row carries a digest of its
+    # state; a mismatch turns pacing off on every rank at the same window.
+    recs = _launch(launcher, tmp_path, "none", "--pin-gc-rank", "1", "--steps", "16", "--window", "4")
+    assert all(r["end"] == "ok" for r in recs)
+    off = [r.get("pacer_off_step") for r in recs]
+    assert None not in off, f"pacing still on at the end on some rank: {off}"
+    assert max(off) - min(off) <= 4  # within one window
+    assert all("pacing states differ between ranks (rank 1's is not rank 0's)" in r["failures"]["pacing"]
+               for r in recs)

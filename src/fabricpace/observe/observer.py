@@ -550,9 +550,11 @@ class Observer:
             row = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
                                        colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots,
                                        leaf=getattr(self, "_leaf", -1.0))
-            # One more float: 1 when this rank's pacer went off after a failure, so every rank drops
-            # pacing at the same window and their decisions (batch shares) agree again.
-            vec = np.append(row, 1.0 if self.pacer.failed_here else 0.0)
+            # Two more floats: 1 when this rank's pacer went off after a failure, and a digest of its
+            # pacing state. Every rank decides from the same gathered windows, so the states agree;
+            # should they not (a rank-local failure, or float results that differ between hosts),
+            # every rank drops pacing at the same window and their batch shares agree again.
+            vec = np.append(row, [1.0 if self.pacer.failed_here else 0.0, self.pacer.digest()])
             self._windows_closed += 1
             if self.distributed:
                 import torch
@@ -569,11 +571,11 @@ class Observer:
                 if cfg.gather_lag_steps == 0:
                     self._finish_gather()
                 return
-            summaries = windows.cross_rank(vec[None, :-1], cfg.arrival_slots)
+            summaries = windows.cross_rank(vec[None, :-2], cfg.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries, vec[None, -1])
+        self._use_window(summaries, vec[None, -2:])
 
     def _finish_gather(self) -> None:
         """Wait for the pending gather (bounded by the group's timeout) and use its summaries."""
@@ -584,18 +586,17 @@ class Observer:
         try:
             work.wait()
             matrix = out.numpy()  # (world × length): summary fields, arrival block, pacer-failed flag
-            summaries = windows.cross_rank(matrix[:, :-1], self.config.arrival_slots)
+            summaries = windows.cross_rank(matrix[:, :-2], self.config.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries, matrix[:, -1])
+        self._use_window(summaries, matrix[:, -2:])
 
-    def _use_window(self, summaries: list[WindowSummary], pacer_failed: Any = None) -> None:
+    def _use_window(self, summaries: list[WindowSummary], pacing: Any = None) -> None:
+        """``pacing``: (world × 2) per rank, its pacer-failed flag and its state digest."""
         cfg = self.config
-        if pacer_failed is not None and self.pacer.active and pacer_failed.any():
-            # Another rank's pacer failed (an error, a controller over its time limit): decisions
-            # are no longer the same everywhere, so pacing goes off on every rank at this window.
-            self.pacer.drop(f"pacing went off on rank {int(np.flatnonzero(pacer_failed)[0])}")
+        if pacing is not None:
+            self.pacer.agree(pacing)
         self.summaries = summaries
         self.window_history.append(summaries)
         if self._window_log is not None:

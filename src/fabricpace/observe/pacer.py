@@ -8,8 +8,11 @@ the first exception is logged once, the pacer is closed and dropped, and trainin
 from __future__ import annotations
 
 import contextlib
+import zlib
 from pathlib import Path
 from typing import Any, Protocol
+
+import numpy as np
 
 from fabricpace.observe._guard import Guard
 from fabricpace.run.window import WindowSummary
@@ -67,14 +70,40 @@ class SafePacer:
         reason = getattr(self.pacer, "off_reason", None) if self.pacer is not None else None
         return reason is not None and reason != "pinned"
 
+    def digest(self) -> float:
+        """A number equal on every rank whose pacer holds the same state: the crc32 of the state's
+        repr (exact in a float64). 0 when pacing is off or the pacer object keeps no ``state``."""
+        state = getattr(self.pacer, "state", None) if self.pacer is not None else None
+        if state is None:
+            return 0.0
+        try:
+            return float(zlib.crc32(repr(state).encode()))
+        except Exception:  # a state that cannot be printed cannot be compared either
+            return 0.0
+
     def _drop(self, exc: BaseException | str) -> None:
         pacer, self.pacer = self.pacer, None
         self.guard.fail("pacing", exc)
         with contextlib.suppress(Exception):  # it already failed; its close may fail too
             pacer.close()
 
+    def agree(self, pacing: Any) -> None:
+        """``pacing``: (world × 2), each rank's pacer-failed flag and state digest from the window
+        gather. Pacing goes off on every rank at the same window when a rank's pacer failed (an
+        error, a controller over its time limit) or the states differ: the decisions (batch shares
+        above all) would no longer be the same everywhere."""
+        if self.pacer is None:
+            return
+        failed, digest = pacing[:, 0], pacing[:, 1]
+        if failed.any():
+            self.drop(f"pacing went off on rank {int(np.flatnonzero(failed)[0])}")
+        elif (digest != digest[0]).any():
+            k = int(np.flatnonzero(digest != digest[0])[0])
+            self.drop(f"pacing states differ between ranks (rank {k}'s is not rank 0's)")
+
     def drop(self, reason: str) -> None:
-        """Turn pacing off on this rank because another rank's pacer failed (logged once)."""
+        """Turn pacing off on this rank: another rank's pacer failed, or the ranks' states differ
+        (logged once)."""
         if self.pacer is not None:
             self._drop(reason)
 
