@@ -44,8 +44,6 @@ class ObserverConfig:
     store_timeout_s: float = 20.0
     gather_timeout_s: float = 30.0
     close_timeout_s: float = 10.0
-    # CUDA: events are resolved this many steps later (never torch.cuda.synchronize on the hot path).
-    event_lag_steps: int = 2
     # How DDP buckets are observed (docs/observer.md, "DDP instrumentation modes"):
     # "grad_hooks": no comm hook — DDP's C++ reduction runs untouched; arrivals come from
     #   post-accumulate-grad hooks (one per bucket), completion is the end of DDP's backward finalize.
