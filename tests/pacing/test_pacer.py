@@ -32,6 +32,38 @@ def test_slow_controller_turns_pacing_off(tmp_path, summaries):
     p.close()
 
 
+def test_a_controller_that_never_returns_turns_pacing_off_in_bounded_time(tmp_path, summaries):
+    # A hang in the controller (a bug) must not hold the training thread: the update runs on the
+    # pacer's own thread and is waited for at most controller_timeout_s. The hang is made by making
+    # the real controller's update block until the test releases it.
+    import threading
+    import time
+
+    p = make_pacer("auto", rank=0, world_size=4, run_dir=tmp_path, window=50,
+                   config=PacingConfig(controller_timeout_s=0.3))
+    release = threading.Event()
+    real = p.controller.update
+
+    def hangs(step, window):  # type: ignore[no-untyped-def]
+        release.wait()
+        return real(step, window)
+
+    p.controller.update = hangs  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    p.on_window(49, summaries(0))
+    took = time.perf_counter() - t0
+    assert 0.25 <= took < 5.0  # the limit, not the hang
+    assert not p.enabled and "did not return within 0.3s" in (p.off_reason or "")
+    assert p.batch_share(64) == 16
+    release.set()  # the abandoned update finishes; its result is dropped
+    time.sleep(0.05)
+    p.on_window(99, summaries(1))
+    assert not p.enabled and p.state == PacingState()
+    p.close()
+    t = pq.read_table(tmp_path / "pacing.parquet").to_pylist()
+    assert t[-1]["action"] == "off" and "did not return" in t[-1]["reason"]
+
+
 def test_only_rank_zero_writes(tmp_path, summaries):
     p = make_pacer("gc", rank=1, world_size=4, run_dir=tmp_path, window=50)
     p.on_window(49, summaries(0, gc_ms=10, gc_count=4))

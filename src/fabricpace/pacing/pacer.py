@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fabricpace.pacing._bounded import BoundedRunner, TimedOut
 from fabricpace.pacing.actuators import CommGate, GcLockstep
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.controller import Controller
@@ -68,6 +69,7 @@ class Pacer:
         self._hook_seen = False  # a comm hook has called before_bucket
         self._hook_new = False  # ...for the first time since the last window
         self._writer: threading.Thread | None = None
+        self._runner = BoundedRunner(f"fabricpace-controller-{rank}")
         self._write_lock = threading.Lock()
         self._write_failed = False
         if self.rank == 0 and self.run_dir is not None:
@@ -101,11 +103,17 @@ class Pacer:
         if not self.enabled:
             return
         t0 = time.perf_counter()
+        limit = self.config.controller_timeout_s
         try:
             if self._hook_new:
                 self._hook_new = False
                 self.controller.reset_transfer_level()
-            state, decisions = self.controller.update(step, summaries)
+            # On its own thread, waited for at most the limit: a controller that never returned
+            # would otherwise hold this rank's training thread, and with it the whole job.
+            state, decisions = self._runner.call(lambda: self.controller.update(step, summaries), limit)
+        except TimedOut:
+            self._turn_off(step, f"controller did not return within {limit}s (limit)")
+            return
         except Exception as exc:  # the controller must never take training down
             self._turn_off(step, f"controller error: {type(exc).__name__}: {exc}")
             return
@@ -182,6 +190,7 @@ class Pacer:
     def close(self) -> None:
         self.gc.close()
         self.comm.apply(None, 0, 0)
+        self._runner.close()
         self._write(wait=True)
 
     # -------------------------------------------------------------------------------- internals
