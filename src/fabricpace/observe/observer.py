@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from fabricpace.observe import align, chunks, locality, startup, windows
-from fabricpace.observe._guard import LOG, Guard
+from fabricpace.observe import align, chunks, ddp_instrument, locality, startup, windows
+from fabricpace.observe._guard import Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
 from fabricpace.observe.pacer import SafePacer, load_pacer
@@ -254,7 +254,7 @@ class Observer:
             self.guard.fail("pacing", exc)
         gc.callbacks.append(self._on_gc)
         if model is not None:
-            self._instrument_ddp(model, comm_hook, pacing)
+            ddp_instrument.instrument_ddp(self, model, comm_hook, pacing)
         if wrap_collectives:
             from fabricpace.observe.collectives import CollectiveWrapper
 
@@ -274,72 +274,6 @@ class Observer:
             )
             self._clock_thread.start()
         self.recording = True
-
-    def _instrument_ddp(self, model: Any, comm_hook: tuple[Any, Any] | None, pacing: Any) -> None:
-        """Observe DDP's buckets through a comm hook or hook-free (``ddp_probe``); see config."""
-        from fabricpace.observe.collectives import group_name
-        from fabricpace.observe.ddp_probe import GradHookProbe, choose_mode
-
-        mode, lazy = choose_mode(self.config.ddp_instrumentation, user_hook=comm_hook is not None,
-                                 pacing=pacing, pacer=self.pacer.pacer)
-        if lazy and self.pacer.wants_comm_hook():
-            mode, lazy = "hook", False
-        if mode == "hook":
-            self._install_hook(model, comm_hook)
-            return
-        if self.pacer.active and not lazy and self.config.ddp_instrumentation == "grad_hooks":
-            LOG.warning("fabricpace observer: ddp_instrumentation='grad_hooks': the pacer gets no "
-                        "before_bucket/after_bucket calls (comm pacing cannot act)")
-        pg = getattr(model, "process_group", None)
-        try:
-            self._probe = GradHookProbe(self, model, "ddp:" + group_name(pg))
-            self.ddp_mode = "grad_hooks"
-            self._lazy_hook = lazy
-            self._ddp_args = (model, comm_hook)
-        except Exception as exc:
-            self.guard.fail("ddp probe", exc)
-        if comm_hook is not None:  # explicit grad_hooks with a user hook: DDP runs it unwrapped
-            try:
-                model.register_comm_hook(comm_hook[0], comm_hook[1])
-            except Exception as exc:
-                self.guard.fail("comm hook", exc)
-
-    def _install_hook(self, model: Any, comm_hook: tuple[Any, Any] | None) -> bool:
-        from fabricpace.observe.collectives import group_name
-        from fabricpace.observe.hooks import wrap_hook
-
-        pg = getattr(model, "process_group", None)
-        state, hook = comm_hook if comm_hook is not None else (None, None)
-        try:
-            model.register_comm_hook(
-                None, wrap_hook(self, user_hook=hook, user_state=state, process_group=pg,
-                                group_name="ddp:" + group_name(pg))
-            )
-        except Exception as exc:
-            # E.g. a hook was already registered: steps are still recorded, buckets are not.
-            self.guard.fail("comm hook", exc)
-            return False
-        self.ddp_mode = "hook"
-        return True
-
-    def _maybe_install_hook(self) -> None:
-        """Lazy mode: after a window, install the comm hook once the pacer asks for bucket calls.
-        Runs between steps at the same step on every rank (the pacer decides from the same gathered
-        summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good."""
-        if not self.pacer.wants_comm_hook():
-            if not self.pacer.active:
-                self._lazy_hook = False  # pacing was dropped: nothing will ask any more
-            return
-        self._lazy_hook = False
-        model, comm_hook = self._ddp_args
-        # The probe's pending rounds take their sequence numbers first, so the hook's records continue them.
-        self.recorder.drain()
-        if self._install_hook(model, comm_hook):
-            self._remove_probe()
-            self.comm_hook_step = self.step_index
-            if self.rank == 0:
-                LOG.info("fabricpace observer: pacer asked for bucket calls; DDP comm hook installed "
-                         "after step %d", self.step_index)
 
     def _remove_probe(self) -> None:
         probe, self._probe = self._probe, None
@@ -520,7 +454,7 @@ class Observer:
             # the comm hook instead, from the next step on.
             if probe.learning and self.config.ddp_instrumentation == "auto":
                 self._lazy_hook = False
-                self._install_hook(*self._ddp_args)
+                ddp_instrument.install_hook(self, *self._ddp_args)
 
     def _fail_recording(self, exc: BaseException) -> None:
         self.guard.fail("recording", exc)
@@ -604,7 +538,7 @@ class Observer:
         self._window_index += 1
         self.pacer.on_window(self.step_index, summaries)
         if self._lazy_hook:
-            self._maybe_install_hook()
+            ddp_instrument.maybe_install_hook(self)
         if self.rank == 0:
             self._report(summaries)
         if (self._clock_jobs is not None and cfg.clock_every > 0

@@ -1,0 +1,82 @@
+"""How the observer watches DDP's gradient buckets: hook-free (``ddp_probe``), through a comm hook
+(``hooks.wrap_hook``), or hook-free first and the comm hook later, once, when the pacer asks for
+bucket calls (``ObserverConfig.ddp_instrumentation``; docs/observer.md, "DDP instrumentation modes").
+
+Functions of the ``Observer`` they instrument (its guard, pacer, recorder and DDP state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricpace.observe._guard import LOG
+
+
+def instrument_ddp(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None, pacing: Any) -> None:
+    """Observe DDP's buckets through a comm hook or hook-free (``ddp_probe``); see config."""
+    from fabricpace.observe.collectives import group_name
+    from fabricpace.observe.ddp_probe import GradHookProbe, choose_mode
+
+    mode, lazy = choose_mode(obs.config.ddp_instrumentation, user_hook=comm_hook is not None,
+                             pacing=pacing, pacer=obs.pacer.pacer)
+    if lazy and obs.pacer.wants_comm_hook():
+        mode, lazy = "hook", False
+    if mode == "hook":
+        install_hook(obs, model, comm_hook)
+        return
+    if obs.pacer.active and not lazy and obs.config.ddp_instrumentation == "grad_hooks":
+        LOG.warning("fabricpace observer: ddp_instrumentation='grad_hooks': the pacer gets no "
+                    "before_bucket/after_bucket calls (comm pacing cannot act)")
+    pg = getattr(model, "process_group", None)
+    try:
+        obs._probe = GradHookProbe(obs, model, "ddp:" + group_name(pg))
+        obs.ddp_mode = "grad_hooks"
+        obs._lazy_hook = lazy
+        obs._ddp_args = (model, comm_hook)
+    except Exception as exc:
+        obs.guard.fail("ddp probe", exc)
+    if comm_hook is not None:  # explicit grad_hooks with a user hook: DDP runs it unwrapped
+        try:
+            model.register_comm_hook(comm_hook[0], comm_hook[1])
+        except Exception as exc:
+            obs.guard.fail("comm hook", exc)
+
+
+def install_hook(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None) -> bool:
+    """Register the observer's comm hook (wrapping the user's, if any); False when DDP refused it."""
+    from fabricpace.observe.collectives import group_name
+    from fabricpace.observe.hooks import wrap_hook
+
+    pg = getattr(model, "process_group", None)
+    state, hook = comm_hook if comm_hook is not None else (None, None)
+    try:
+        model.register_comm_hook(
+            None, wrap_hook(obs, user_hook=hook, user_state=state, process_group=pg,
+                            group_name="ddp:" + group_name(pg))
+        )
+    except Exception as exc:
+        # E.g. a hook was already registered: steps are still recorded, buckets are not.
+        obs.guard.fail("comm hook", exc)
+        return False
+    obs.ddp_mode = "hook"
+    return True
+
+
+def maybe_install_hook(obs: Any) -> None:
+    """Lazy mode: after a window, install the comm hook once the pacer asks for bucket calls.
+    Runs between steps at the same step on every rank (the pacer decides from the same gathered
+    summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good."""
+    if not obs.pacer.wants_comm_hook():
+        if not obs.pacer.active:
+            obs._lazy_hook = False  # pacing was dropped: nothing will ask any more
+        return
+    obs._lazy_hook = False
+    model, comm_hook = obs._ddp_args
+    # The probe's pending rounds take their sequence numbers first, so the hook's records continue them.
+    obs.recorder.drain()
+    if install_hook(obs, model, comm_hook):
+        obs._remove_probe()
+        obs.comm_hook_step = obs.step_index
+        if obs.rank == 0:
+            LOG.info("fabricpace observer: pacer asked for bucket calls; DDP comm hook installed "
+                     "after step %d", obs.step_index)
