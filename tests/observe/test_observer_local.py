@@ -123,6 +123,17 @@ def test_existing_run_dir_is_never_overwritten(tmp_path):
     assert (target / "keep.txt").read_text() == "mine" and not (target / "manifest.json").exists()
 
 
+def test_a_broken_link_at_run_dir_is_kept_and_the_run_goes_next_to_it(tmp_path):
+    # exists() calls a dangling symlink absent; writing there failed and the run recorded nothing.
+    link = tmp_path / "exp"
+    link.symlink_to(tmp_path / "nowhere")
+    with observe(None, link, config=CFG) as obs:
+        _train(obs, 2)
+    assert obs.run_dir == tmp_path / "exp-1" and obs.failures == {}
+    assert fabricpace.load_run(obs.run_dir).steps.height == 2
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
 def test_bad_config_is_config_error():
     with pytest.raises(ConfigError, match="window"):
         ObserverConfig(window=0)

@@ -56,11 +56,15 @@ def default_run_dir() -> Path:
 def fresh_dir(path: Path) -> Path:
     """``path`` if absent or empty, else the first free sibling ``path-1``, ``path-2``, ... (no overwrite)."""
     candidate, n = path, 0
-    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+    # A broken symbolic link counts as taken: exists() calls it absent, and mkdir would then fail.
+    while (candidate.is_symlink() and not candidate.exists()) or (
+        candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir()))
+    ):
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     if candidate != path:
-        LOG.warning("fabricpace observer: %s is not empty; writing this run to %s", path, candidate)
+        LOG.warning("fabricpace observer: %s is taken (not empty, a file or a broken link); writing this "
+                    "run to %s", path, candidate)
     return candidate
 
 
