@@ -112,6 +112,16 @@ def _cuda(cpu: bool) -> bool:
     return (not cpu) and torch.cuda.is_available()
 
 
+def _device(a: argparse.Namespace) -> tuple[bool, Any]:
+    """(CUDA in use, the device): cuda:0 made current on a GPU run, the CPU on --cpu or without CUDA."""
+    import torch
+
+    cuda = _cuda(a.cpu)
+    if cuda:
+        torch.cuda.set_device(0)
+    return cuda, torch.device("cuda:0" if cuda else "cpu")
+
+
 def _need_cuda(r: Result, a: argparse.Namespace) -> bool:
     """True when this CUDA-only item can run; else marks it skipped (--cpu) or failed (GPU run)."""
     if _cuda(a.cpu):
@@ -445,10 +455,7 @@ def _one_rank(r: Result, a: argparse.Namespace, mode: str) -> None:
     from fabricpace.observe import ObserverConfig, observe
     from fabricpace.run.reader import load_run
 
-    cuda = _cuda(a.cpu)
-    dev = torch.device("cuda:0" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(0)
+    cuda, dev = _device(a)
     backend = "nccl" if cuda else "gloo"
     _init_world1(backend)
     r.numbers.update(backend=backend, device=str(dev), torch=torch.__version__)
@@ -601,10 +608,7 @@ def item_gate1(r: Result, a: argparse.Namespace) -> None:
     from fabricpace.pacing.state import PacingState
     from fabricpace.run.reader import load_run
 
-    cuda = _cuda(a.cpu)
-    dev = torch.device("cuda:0" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(0)
+    cuda, dev = _device(a)
     _init_world1("nccl" if cuda else "gloo")
     hidden, layers, batch = (1024, 6, 256) if cuda else (128, 4, 32)
     steps = 16 if a.quick else 40
@@ -687,10 +691,7 @@ def rank_worker(a: argparse.Namespace) -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    cuda = _cuda(a.cpu)
-    dev = torch.device("cuda:0" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(0)
+    cuda, dev = _device(a)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank, world_size=world)
     slow = world - 1
     global_batch, steps, window = 64, (30 if a.quick else 60), 10
@@ -851,11 +852,8 @@ def item_overhead(r: Result, a: argparse.Namespace) -> None:
 
     from fabricpace.observe import ObserverConfig, observe
 
-    cuda = _cuda(a.cpu)
-    dev = torch.device("cuda:0" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(0)
-    else:
+    cuda, dev = _device(a)
+    if not cuda:
         torch.set_num_threads(1)
     _init_world1("nccl" if cuda else "gloo")
     hidden, layers, batch = (2048, 6, 256) if cuda else (128, 4, 32)
@@ -987,10 +985,7 @@ def item_compile(r: Result, a: argparse.Namespace) -> None:
     from fabricpace.observe import ObserverConfig, observe
     from fabricpace.run.reader import load_run
 
-    cuda = _cuda(a.cpu)
-    dev = torch.device("cuda:0" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(0)
+    cuda, dev = _device(a)
     _init_world1("nccl" if cuda else "gloo")
     # DDPOptimizer (torch.compile of a DDP module) wants the first bucket (1 MiB) no larger than the cap.
     ddp = DDP(_mlp(512, 4).to(dev), bucket_cap_mb=1.5)
