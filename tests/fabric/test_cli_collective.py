@@ -113,3 +113,28 @@ def test_csv_and_usage_errors_in_process():
     for args, needle in ((["--sizes", "12Q"], "--sizes"), (["--op", "allreduce"], "op 'allreduce'")):
         r = runner.invoke(app, ["collective", *args])
         assert isinstance(r.exception, InputError) and needle in str(r.exception)
+
+
+def test_calibrating_a_file_that_does_not_match_the_logs_says_so(cli, data_dir):
+    """Polaris logs (4 A100 per node, 2 x 200 Gb/s) against the 8 x H100, 8 x 400 Gb/s preset: the fit
+    absorbs the difference into efficiencies of 0.1-0.2, which the user is told, and predictions use the
+    4 GPUs per node that were measured (before: 8, twice the ranks the logs ever ran)."""
+    logs = [str(data_dir / f"polaris_n{n}_all_reduce.log") for n in (2, 8)]
+    r = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", *logs, "--nodes", "8", "--sizes", "1G",
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "note: fitted net_efficiency 0.2" in r.stderr and "more or faster NICs" in r.stderr
+    assert "note: fitted nvls_tree_efficiency 0.1" in r.stderr
+    assert "ran 4 GPUs per node" in r.stderr
+    assert json.loads(r.stdout)[0]["gpus"] == 32
+    two = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", logs[0], "--nodes", "8", "--sizes",
+              "1G", "--format", "json")
+    assert two.returncode == 0 and "note: fitted nvls_tree_efficiency 0.1" in two.stderr
+    explicit = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", *logs, "--nodes", "8",
+                   "--sizes", "1G", "--gpus-per-node", "8", "--format", "json")
+    assert explicit.returncode == 0 and json.loads(explicit.stdout)[0]["gpus"] == 64
+    assert "GPUs per node" not in explicit.stderr
+    matching = cli("collective", "--cluster", str(data_dir / "polaris.yaml"), "--calibrate", *logs,
+                   "--nodes", "8", "--sizes", "1G", "--format", "json")
+    assert matching.returncode == 0, matching.stderr
+    assert "note: fitted" not in matching.stderr and "GPUs per node" not in matching.stderr

@@ -109,8 +109,21 @@ def register(app: typer.Typer) -> None:
 
             logs = [p for item in calibrate for p in item.split(",") if p.strip()]
             fit = calibrate_cluster(cl, logs)
-            cl = fit.cluster
             print(fit.summary(), file=sys.stderr)
+            for note in fit.notes(cl):
+                print(note, file=sys.stderr)
+            measured = fit.gpus_per_node
+            if gpus_per_node is None and len(measured) == 1 and measured[0] < cl.gpus_per_node:
+                # predict the configuration that was measured: a fit to 4 GPUs per node says little
+                # about 8 (the NVLink and rail terms change), and the user compares against such runs
+                gpus_per_node = fit.gpus_per_node[0]
+                print(
+                    f"note: the calibration logs ran {gpus_per_node} GPUs per node and cluster {cl.name!r} "
+                    f"has {cl.gpus_per_node}; predicting with {gpus_per_node} per node, as measured "
+                    f"(--gpus-per-node {cl.gpus_per_node} for full nodes)",
+                    file=sys.stderr,
+                )
+            cl = fit.cluster
             if fit.ops and op not in fit.ops:
                 print(
                     f"note: calibrated on {', '.join(fit.ops)} logs but predicting {op}: a fit carries over "

@@ -40,6 +40,14 @@ from fabricpace.fabric.collectives import (
 from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
 
 FITTED = ("net_efficiency", "tree_efficiency", "nvls_tree_efficiency", "base_us", "net_overhead_us")
+# Below these fitted efficiencies the cluster file probably does not describe the logs' cluster: about
+# half the lowest value any validation cluster gave (benchmarks/collective_accuracy.py), and that range.
+_PLAUSIBLE_EFFICIENCY = {
+    "net_efficiency": (0.45, "74-92% for rings"),
+    "tree_efficiency": (0.2, "34-45% for trees"),
+    "nvls_tree_efficiency": (0.3, "61-95% for NVLS-trees"),
+}
+_HIGH_RING_EFFICIENCY = 0.985
 
 
 @dataclass(frozen=True)
@@ -230,6 +238,37 @@ class Fit:
     kept: tuple[str, ...] = ()  # parameters no calibration row depends on: the cluster's values stay
     node_counts: tuple[int, ...] = ()  # node counts of the calibration rows
     ops: tuple[str, ...] = ()  # collectives of the calibration rows
+    gpus_per_node: tuple[int, ...] = ()  # GPUs per node of the calibration rows
+
+    def notes(self, before: Cluster) -> list[str]:
+        """Warnings about a fit that points at a cluster file which does not describe the logs' cluster.
+
+        On the validation set (docs/cluster-files.md) fitted efficiencies were 0.74-0.92 for rings,
+        0.34-0.45 for trees and 0.61-0.95 for NVLS-trees. One far below means the file's NICs (or NVLink)
+        are faster than the logs' cluster's: the fit absorbed the difference there, and every term that
+        does not scale with it is off by as much. A ring at the upper bound means the logs beat the file's
+        line rate."""
+        nics = f"{before.nics.count} x {before.nics.speed_gbps:g} Gb/s NICs per node"
+        where = f"cluster {before.name!r} ({nics})"
+        out = []
+        for name, (low, usual) in _PLAUSIBLE_EFFICIENCY.items():
+            eff = self.params.get(name)
+            if name in self.kept or eff is None or eff >= low:
+                continue
+            out.append(
+                f"note: fitted {name} {eff:.2f}: the logs reach {eff:.0%} of the rate {where} allows, "
+                f"where real clusters reach {usual}; the file probably has more or faster NICs than the "
+                "logs' cluster, and predictions from a cluster file that matches it are more reliable "
+                "(docs/cluster-files.md)"
+            )
+        eff = self.params.get("net_efficiency")
+        if "net_efficiency" not in self.kept and eff is not None and eff > _HIGH_RING_EFFICIENCY:
+            out.append(
+                f"note: fitted net_efficiency {eff:.2f}: these logs run at the line rate of {where} or "
+                "faster; the file probably has fewer or slower NICs than the logs' cluster "
+                "(docs/cluster-files.md)"
+            )
+        return out
 
     def summary(self) -> str:
         vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items() if k not in self.kept)
@@ -319,6 +358,7 @@ def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> 
         kept=unconstrained(cluster, points),
         node_counts=tuple(sorted({int(n) for n in points.nodes})),
         ops=tuple(sorted({str(o) for o in points.op})),
+        gpus_per_node=tuple(sorted({int(g) for g in points.gpn})),
     )
 
 
