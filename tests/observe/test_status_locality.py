@@ -65,6 +65,9 @@ def test_numa_and_nics_from_a_fake_sysfs(tmp_path):
     (nic / "numa_node").write_text("1\n")
     (tmp_path / "class/net/lo").mkdir(parents=True)
     assert locality.nics(tmp_path) == [{"name": "eth0", "numa": 1}]
+    # single-NUMA hosts and many VMs report -1: unknown, not node -1
+    (nic / "numa_node").write_text("-1\n")
+    assert locality.nics(tmp_path) == [{"name": "eth0", "numa": None}]
 
 
 def test_probe_on_this_machine():

@@ -81,30 +81,39 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
+def _read_numa(path: Path) -> int | None:
+    # sysfs says -1 where the platform reports no NUMA affinity (single-socket hosts, many VMs): unknown,
+    # not a node number a report should print or compare
+    node = _read_int(path)
+    return node if node is not None and node >= 0 else None
+
+
 def nics(sys_root: Path = SYS) -> list[dict[str, Any]]:
     """Physical network interfaces (those with a device link) and their NUMA node."""
     out = []
     for dev in sorted((sys_root / "class/net").glob("*")):
         if not (dev / "device").exists():
             continue  # virtual (lo, veth, bridges)
-        out.append({"name": dev.name, "numa": _read_int(dev / "device/numa_node")})
+        out.append({"name": dev.name, "numa": _read_numa(dev / "device/numa_node")})
     return out
 
 
-def gpu_info(local_rank: int | None) -> dict[str, Any]:
-    """GPU index, PCI bus id and its NUMA node when CUDA is in use (empty dict otherwise)."""
+def gpu_info(device: Any = None, sys_root: Path = SYS) -> dict[str, Any]:
+    """Index, PCI bus id and NUMA node of ``device`` (the model's CUDA device; the current device when
+    None) when CUDA is in use (empty dict otherwise). A process that put its model on ``cuda:k`` without
+    ``set_device(k)`` has current device 0, so the model's device is the one to describe."""
     try:
         import torch
 
         if not torch.cuda.is_available():
             return {}
-        idx = torch.cuda.current_device()
+        idx = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(idx)
         bus = getattr(props, "pci_bus_id", None)
         dom = getattr(props, "pci_domain_id", 0)
         devid = getattr(props, "pci_device_id", 0)
         pci = f"{dom:04x}:{bus:02x}:{devid:02x}.0" if isinstance(bus, int) else None
-        numa = _read_int(SYS / f"bus/pci/devices/{pci}/numa_node") if pci else None
+        numa = _read_numa(sys_root / f"bus/pci/devices/{pci}/numa_node") if pci else None
         return {"gpu": str(idx), "gpu_name": props.name, "gpu_pci": pci, "gpu_numa": numa}
     except Exception:  # locality is best effort; a probe failure must not stop the observer
         return {}
@@ -122,14 +131,15 @@ def nvidia_topo(timeout_s: float) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def probe(rank: int) -> dict[str, Any]:
-    """This rank's row for ranks.parquet (contract columns + extra locality columns)."""
+def probe(rank: int, device: Any = None) -> dict[str, Any]:
+    """This rank's row for ranks.parquet (contract columns + extra locality columns); ``device``: the
+    model's CUDA device, if any."""
     try:
         cpus = os.sched_getaffinity(0)
     except (AttributeError, OSError):
         cpus = set()
     local_rank = _env_int("LOCAL_RANK")
-    g = gpu_info(local_rank)
+    g = gpu_info(device)
     net = nics()
     return {
         "rank": rank,
