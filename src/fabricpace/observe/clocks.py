@@ -10,13 +10,17 @@
   calls ``torch.cuda.synchronize``. The host<->device mapping is calibrated once at start (the only
   synchronize) and then chained through per-step anchor events, so ``elapsed_time`` (float32
   milliseconds) is always taken over one step and keeps sub-microsecond resolution.
-* ``FakeEventSource`` — a device whose clock runs a fixed lag behind the host, for unit tests of the
-  event path on machines without a GPU.
+* ``FakeEventSource`` — a device with one in-order queue (one stream) that runs at least a fixed lag
+  behind the host, for unit tests of the event path on machines without a GPU. ``enqueue_work(ns)``
+  stands for kernels the host launched: the device is busy with them and events recorded after them
+  complete only once they ran, so a test can model a GPU that is busy (or idle) while the host does
+  something else — what the observer's device-time data phases are about.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -158,7 +162,7 @@ class FakeEvent:
         self.t_ns: int | None = None
 
     def record(self) -> None:
-        self.t_ns = self._source.host_now() + self._source.lag_ns
+        self.t_ns = self._source._enqueue(0)
         self._source.records += 1
 
     def query(self) -> bool:
@@ -175,7 +179,10 @@ class FakeEvent:
 
 
 class FakeEventSource:
-    """A GPU stand-in: the device executes what the host enqueues ``lag_ns`` later."""
+    """A GPU stand-in with one in-order queue: what the host enqueues at host time ``h`` starts at
+    ``max(h + lag_ns, when the work queued before it finished)``. An event takes no device time, so
+    its device time is that start; ``enqueue_work(ns)`` queues ``ns`` of kernels. Without
+    ``enqueue_work`` the device simply runs ``lag_ns`` behind the host."""
 
     def __init__(self, host_now: Callable[[], int], lag_ns: int = 2_000_000) -> None:
         self.host_now = host_now
@@ -183,17 +190,32 @@ class FakeEventSource:
         self.sync_calls = 0
         self.records = 0
         self.queries = 0
+        self.busy_until_ns = 0  # device time at which everything enqueued so far has run
+        self._lock = threading.Lock()  # events may be recorded from several threads (autograd's)
+
+    def _enqueue(self, work_ns: int) -> int:
+        """Queue ``work_ns`` of device work now; returns the device time it starts at."""
+        with self._lock:
+            start = max(self.host_now() + self.lag_ns, self.busy_until_ns)
+            self.busy_until_ns = start + work_ns
+        return start
+
+    def enqueue_work(self, ns: int) -> int:
+        """Kernels launched by the host (asynchronous, as on CUDA): the device is busy ``ns`` with them
+        after what was queued before. Returns the device time they finish at."""
+        return self._enqueue(int(ns)) + int(ns)
 
     def new_event(self) -> FakeEvent:
         return FakeEvent(self)
 
     def synchronize(self) -> None:
         self.sync_calls += 1
-        # Everything enqueued so far has run once the lag has passed. Return right then, as a real
-        # synchronize does (it spins): a plain sleep overshoots by up to ~100 µs on a loaded host,
-        # and the calibration then maps every stamp that much too late.
-        deadline = self.host_now() + self.lag_ns
-        if self.lag_ns > 200_000:
-            time.sleep((self.lag_ns - 150_000) / 1e9)
+        # Everything enqueued so far has run once the lag (and any queued work) has passed. Return
+        # right then, as a real synchronize does (it spins): a plain sleep overshoots by up to ~100 µs
+        # on a loaded host, and the calibration then maps every stamp that much too late.
+        deadline = max(self.host_now() + self.lag_ns, self.busy_until_ns)
+        left = deadline - self.host_now()
+        if left > 200_000:
+            time.sleep((left - 150_000) / 1e9)
         while self.host_now() < deadline:
             pass

@@ -81,7 +81,13 @@ class _StepContext:
 
 
 class _Span:
-    """``obs.phase(name)`` and ``obs.collective(name, nbytes)``."""
+    """``obs.phase(name)`` and ``obs.collective(name, nbytes)``.
+
+    A ``data`` phase on the event timeline (CUDA) also stamps both of its ends on the stream: the
+    step's data time is then the device time between them (``Recorder.poll``), not the host
+    duration, because the step span it is subtracted from is device time. Two event records per data
+    phase (a few µs); nothing on the host clock, nothing for other phases. The ops row keeps the host
+    span of every phase."""
 
     __slots__ = ("kind", "name", "nbytes", "obs", "rec", "t0")
 
@@ -95,6 +101,11 @@ class _Span:
         if obs.recording:
             if self.kind == "phase":
                 self.t0 = obs.clock.now()
+                if obs._data_events and self.name == "data":
+                    try:
+                        self.rec = obs.recorder.mark()
+                    except Exception as exc:  # never into the user's loop
+                        obs._fail_recording(exc)
             else:
                 self.rec = obs.recorder.enter(self.kind, self.name, self.nbytes, True)
         return self
@@ -104,8 +115,15 @@ class _Span:
         if not obs.recording:
             return
         if self.kind == "phase":
+            rec, self.rec = self.rec, None
+            if rec is not None:  # a data phase stamped on the device: its time comes from the stamps
+                try:
+                    obs.recorder.data_marks.append((rec, obs.recorder.mark()))
+                except Exception as exc:
+                    obs._fail_recording(exc)
+                    return
             dur = obs.clock.now() - self.t0
-            if self.name == "data":
+            if rec is None and self.name == "data":
                 obs._data_ns += dur
             obs.recorder.phase(self.name, self.t0, dur)
         elif self.rec is not None:
@@ -145,6 +163,7 @@ class Observer:
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
         self._data_ns = 0
+        self._data_events = False
         self._gc_ns = 0
         self._gc_count = 0
         self._gc_t = 0
@@ -238,6 +257,7 @@ class Observer:
 
             timeline = EventTimeline(self.clock, event_source or CudaEventSource(startup.cuda_device(model)))
         self.recorder = Recorder(timeline)
+        self._data_events = self.recorder.deferred  # data phases in device time (see _Span)
         self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
         if self.rank == 0:
             self._window_log = WindowLog(self.sink)
@@ -364,6 +384,8 @@ class Observer:
         return self.pacer.batch_share(global_batch)
 
     def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        # Host time on both paths, never a device stamp: a collection can start on any thread, also
+        # inside the user's CUDA-graph capture, where an event record could invalidate the capture.
         if phase == "start":
             self._gc_t = self.clock.now()
         elif self._gc_t:

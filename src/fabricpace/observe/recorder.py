@@ -23,7 +23,13 @@ pacing time, i.e. this rank's own work.
 
 On CPU stamps are host nanoseconds and a step is final when it ends. On CUDA stamps are events;
 steps are resolved in order once their events completed (``poll``), a few steps later (the probe
-then uses per-collective records, not rounds).
+then uses per-collective records, not rounds). There the step span is device time, so a ``data``
+phase is measured in device time too: the observer stamps both ends of it on the stream
+(``data_marks``) and ``data`` is the device time that passed between the two stamps, clipped to
+the step — the GPU stalled on the host for that long (or ran what the phase enqueued). While the
+GPU works through kernels queued earlier, both stamps complete back to back and the phase costs
+the step nothing, which is the truth; a host duration would be subtracted from compute although
+the GPU never waited. ``gc`` and ``paced`` stay host durations (docs/observer.md, "GPU path").
 """
 
 from __future__ import annotations
@@ -245,6 +251,18 @@ def step_metrics(
     return row[3], row[4], row[5]
 
 
+def _covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Nanoseconds of [lo, hi] covered by the union of ``spans`` (a step's data phases: nested or
+    overlapping phases count once; a phase that began before the step counts from its start)."""
+    total, reach = 0, lo
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, hi)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
+
+
 class _Rounds:
     """Flat bucket rounds of one DDP group: ``nb`` arrival stamps then the backward's end, per round."""
 
@@ -273,6 +291,10 @@ class Recorder:
         self._pending: list[tuple[Any, ...]] = []  # ended steps waiting for their device events (CUDA)
         self._raw: list[int] = []  # ended, resolved steps: _RAW ints each
         self._rounds: list[_Rounds] = []
+        # CUDA path: (enter, exit) stamps of the running step's data phases (observer._Span).
+        self.data_marks: list[tuple[Any, Any]] = []
+        if self.deferred:
+            self.begin = self._begin_events  # type: ignore[method-assign]
         self.op_rows: list[tuple[Any, ...]] = []  # (step, op, t_start, dur)
         # Finalized batches waiting for the writer (chunks) and the window summary.
         self._chunk: list[tuple[np.ndarray, Part]] = []
@@ -322,14 +344,29 @@ class Recorder:
         self.step = step
         self._start = self.mark()
 
+    def _begin_events(self, step: int) -> None:
+        """``begin`` on the event timeline: a data phase that ended between steps is not this step's
+        (on the host clock the observer resets its data time here too)."""
+        self.step = step
+        if self.data_marks:
+            self.data_marks = []
+        self._start = self.mark()
+
     def end(self, data: int, gc: int, gc_count: int, paced: int, samples: int) -> None:
+        """``data``: host nanoseconds of data phases measured on the host (all of them on CPU); on
+        the event timeline the device time of ``data_marks`` is added when the step is resolved."""
         if self._colls:
             colls, self._colls = self._colls, []
         else:
             colls = []
         if self.deferred:
+            if self.data_marks:
+                marks: list[tuple[Any, Any]] | None
+                marks, self.data_marks = self.data_marks, []
+            else:
+                marks = None
             self._pending.append((self.step, self._start, self.mark(), data, gc, gc_count, paced, samples,
-                                  colls))
+                                  colls, marks))
             self.poll()
             return
         self._raw.extend((self.step, self._start, self.mark(), data, gc, gc_count, paced, samples))
@@ -347,7 +384,9 @@ class Recorder:
         step forever; once ``_MAX_PENDING`` steps wait behind it, it is written as never completed
         (null exit), as on the host clock. Resolved rows are new lists, so a late exit stamp written
         into the old record cannot reach the columns. ``final`` (at close, after a synchronize): a
-        missing exit stamp will not come any more, so it is written as null at once."""
+        missing exit stamp will not come any more, so it is written as null at once. Data-phase
+        stamps are waited for like the others; one still incomplete when the step is stale is left
+        out of its data time (the rest of the step is written)."""
         tl = self.timeline
         pending = self._pending
         while pending:
@@ -365,8 +404,17 @@ class Recorder:
                     return
                 if enter is not exit_ and not enter.query():
                     return
+            marks = rec[9]
+            if marks is not None:
+                done = [m for m in marks if m[0].query() and m[1].query()]
+                if len(done) < len(marks) and not stale:
+                    return
+                marks = done
             t_start = tl.resolve_anchor(rec[1])
             t_end = tl.resolve(rec[2])
+            data = rec[3]
+            if marks:
+                data += _covered([(tl.resolve(a), tl.resolve(b)) for a, b in marks], t_start, t_end)
             rows = []
             for c in colls:
                 enter, exit_ = c[_ENTER], c[_EXIT]
@@ -374,7 +422,7 @@ class Recorder:
                 t_out = t_in if exit_ is enter else (None if exit_ is None else tl.resolve(exit_))
                 rows.append([c[_SEQ], c[_GROUP], c[_OP], c[_BYTES], t_in, t_out, c[_BLOCKING]])
             pending.pop(0)
-            self._raw.extend((rec[0], t_start, t_end, *rec[3:8]))
+            self._raw.extend((rec[0], t_start, t_end, data, *rec[4:8]))
             if rows:
                 self._gen.append((rec[0], rows))
 
