@@ -83,19 +83,20 @@ def register(app: typer.Typer) -> None:
 
     @lab_app.command("measure")
     def measure_cmd(
-        seconds: float = typer.Option(2.0, "--seconds", help="Length of the TCP transfer (bounded)."),
+        seconds: float = typer.Option(2.0, "--seconds", help="TCP transfer length (held to 0.5-30 s)."),
         prefix: str = typer.Option("fp-", "--prefix"),
         fmt: str = typer.Option("table", "--format", help="table or json."),
     ) -> None:
         """Measure the uplink with one real TCP transfer across the spine."""
+        from fabricpace._errors import InputError
         from fabricpace.lab import fabric, traffic
 
         check_format(fmt, ("table", "json"))
+        if not seconds > 0:  # also NaN; a zero or negative length was silently measured for 0.5 s
+            raise InputError(f"--seconds {seconds:g}: give a positive length such as 2 (held to 0.5-30 s)")
         fabric.require_lab()
         cfg = fabric.load(prefix)
         if cfg.leaves < 2:  # the uplink joins two leaves: a one-leaf lab has none to measure
-            from fabricpace._errors import InputError
-
             raise InputError(
                 f"lab {prefix!r} has 1 leaf, so no uplink to measure; bring it up with at least 2 "
                 f"(fabricpace lab up --nodes {max(cfg.nodes, 2)} --leaves 2)"
@@ -128,6 +129,8 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--pacing {pacing!r}: choose auto or off")
         if backend not in ("lab", "local"):
             raise InputError(f"--backend {backend!r}: choose lab or local")
+        if steps < 0:  # 0: the default; a negative count started ranks that trained nothing
+            raise InputError(f"--steps {steps}: give a positive number of steps (0: the scenario's default)")
         sc = load_scenario(scenario)
         require_torch(f"lab run --backend {backend}")
         res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
