@@ -12,6 +12,10 @@ measured numbers) and a short summary to stdout. Items:
 * ``events`` (CUDA) — ``EventTimeline`` against real CUDA events: the start-up calibration error,
   the anchor chain against the host clock over many steps and after an idle gap (drift), events on
   another stream, the cost of a stamp/query/elapsed_time, what an unrecorded event answers.
+* ``datastall`` (CUDA) — a data phase measured in device time: the host sleeps inside
+  ``obs.phase("data")`` while a long kernel runs (expect data ≈ 0, compute ≈ the kernel), and after
+  the queue drained (expect data ≈ the sleep); the host durations the old code subtracted are
+  reported beside them. On ``--cpu`` the same code runs against ``FakeEventSource``'s device queue.
 * ``gate1`` — the comm gate on NCCL: one rank, hook mode, a user comm hook adding ~1 ms of device
   work to every bucket, fabricpace's pacer pinned to one bucket in flight vs the same run ungated;
   gated buckets enter only after the previous one's exit (the gate releases on the CUDA event
@@ -56,10 +60,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-ITEMS = ("env", "events", "nccl1", "hook1", "gate1", "gloo2", "gloo4", "overhead", "capture", "compile")
+ITEMS = ("env", "events", "datastall", "nccl1", "hook1", "gate1", "gloo2", "gloo4", "overhead", "capture",
+         "compile")
 # Seconds per item (full run, --quick). The full run must end within ~4 minutes on one H200.
-TIMEOUTS = {"env": (60, 40), "events": (60, 30), "nccl1": (90, 60), "hook1": (60, 40), "gate1": (60, 40),
-            "gloo2": (75, 50),
+TIMEOUTS = {"env": (60, 40), "events": (60, 30), "datastall": (45, 30), "nccl1": (90, 60),
+            "hook1": (60, 40), "gate1": (60, 40), "gloo2": (75, 50),
             "gloo4": (90, 60), "overhead": (60, 40), "capture": (40, 30), "compile": (150, 120)}
 
 
@@ -409,6 +414,102 @@ def _event_checks_cuda(r: Result, tl: Any) -> None:
         r.numbers["unrecorded_elapsed_time"] = "no error"
     except Exception as exc:
         r.numbers["unrecorded_elapsed_time"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+# ----------------------------------------------------------------------------------- datastall
+# Busy arm: a 30 ms kernel, then 10 ms of host "loading" inside obs.phase("data"). Idle arm: the queue
+# drained first, 10 ms of loading, then a 5 ms kernel.
+_STALL_KERNEL_BUSY_NS, _STALL_KERNEL_IDLE_NS, _STALL_SLEEP_S = 30_000_000, 5_000_000, 0.010
+
+
+def item_datastall(r: Result, a: argparse.Namespace) -> None:
+    """The step's data time on the event timeline is device time between two stream stamps. On CUDA
+    with real kernels (``torch.cuda._sleep``, calibrated); on --cpu: skipped, but the same loop runs
+    against clocks.FakeEventSource's device queue (``enqueue_work`` stands for the kernel)."""
+    import torch
+
+    from fabricpace.observe.clocks import CpuClock, CudaEventSource, FakeEventSource
+
+    if _cuda(a.cpu):
+        torch.cuda.set_device(0)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        cycles = 20_000_000
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        per_ms = cycles / float(start.elapsed_time(end))
+        r.numbers["sleep_kernel_cycles_per_ms"] = round(per_ms)
+
+        def launch(ns: int) -> None:
+            torch.cuda._sleep(int(per_ms * ns / 1e6))
+
+        _data_stall(r, a, CudaEventSource("cuda:0"), launch, torch.cuda.synchronize, "cuda")
+        return
+    if not a.cpu:
+        r.check("cuda_available", False)
+        return
+    r.skip = "skipped: no CUDA (--cpu); the item's code ran against a fake device queue (selftest)"
+    fake = FakeEventSource(CpuClock().now, lag_ns=100_000)
+    selftest = Result("datastall-selftest")
+    _data_stall(selftest, a, fake, fake.enqueue_work, fake.synchronize, "fake")
+    r.numbers["selftest_fake_device"] = selftest.to_json()
+
+
+def _data_stall(r: Result, a: argparse.Namespace, source: Any, launch: Any, drain: Any, tag: str) -> None:
+    import numpy as np
+    import polars as pl
+
+    from fabricpace import load_run
+    from fabricpace.observe import Observer, ObserverConfig
+
+    steps = 12 if a.quick else 30
+    sleep_ns = _STALL_SLEEP_S * 1e9
+    for arm in ("busy", "idle"):
+        obs = Observer(None, Path(a.work) / "runs" / f"datastall-{arm}-{tag}",
+                       config=ObserverConfig(status_line=False, flush_mode="main"), event_source=source)
+        with obs:
+            for _ in range(steps):
+                with obs.step(samples=1):
+                    if arm == "busy":
+                        launch(_STALL_KERNEL_BUSY_NS)  # asynchronous: the GPU works ~30 ms
+                        with obs.phase("data"):
+                            time.sleep(_STALL_SLEEP_S)  # the host loads the next batch meanwhile
+                    else:
+                        drain()  # nothing queued: the GPU waits for the host
+                        with obs.phase("data"):
+                            time.sleep(_STALL_SLEEP_S)
+                        launch(_STALL_KERNEL_IDLE_NS)
+        r.check(f"{arm}_observer_no_failures", not obs.failures, obs.failures or None)
+        run = load_run(obs.run_dir)
+        st = run.steps.sort("step").filter(pl.col("step") >= 1)  # the first step warms up
+        host = run.ops.filter(pl.col("op") == "data").sort("step").filter(pl.col("step") >= 1)
+        r.check(f"{arm}_all_steps", st.height == steps - 1 and host.height == steps - 1, st.height)
+        data = st["data_ns"].to_numpy()
+        span = (st["t_end_ns"] - st["t_start_ns"]).to_numpy()
+        compute = st["compute_ns"].to_numpy()
+        host_data = host["dur_ns"].to_numpy()
+
+        def ms(v: Any) -> float:
+            return round(float(np.median(v)) / 1e6, 3)
+
+        r.numbers[arm] = {"steps": int(st.height), "data_ms": ms(data),
+                          "data_ms_max": round(float(data.max()) / 1e6, 3), "host_data_ms": ms(host_data),
+                          "span_ms": ms(span), "compute_ms": ms(compute),
+                          "compute_with_host_data_ms (old)": ms(np.maximum(0, span - host_data))}
+        r.numbers[f"{arm}_data_ms"] = ms(data)
+        if arm == "busy":
+            r.check("busy_host_did_load", float(np.median(host_data)) >= 0.95 * sleep_ns)
+            r.check("busy_data_near_zero", float(np.median(data)) < 0.1 * sleep_ns, ms(data))
+            r.check("busy_compute_is_the_kernel", float(np.median(compute)) >= 0.9 * _STALL_KERNEL_BUSY_NS,
+                    ms(compute))
+        else:
+            r.check("idle_data_is_the_sleep", 0.9 * sleep_ns <= float(np.median(data))
+                    <= float(np.median(host_data)) + 1e6, ms(data))
+            r.check("idle_compute_is_the_kernel", 0.9 * _STALL_KERNEL_IDLE_NS <= float(np.median(compute))
+                    <= _STALL_KERNEL_IDLE_NS + 2e6, ms(compute))
 
 
 # ----------------------------------------------------------------------------------- b / e
@@ -1107,7 +1208,8 @@ def _orchestrate(a: argparse.Namespace) -> int:
         nums = res.get("numbers", {})
         keys = [k for k in ("ratio_median", "ratio_ci95", "added_us_median", "n_pairs", "drift_ppm",
                             "host_minus_resolved_end_us_median", "calib_t_minus_host_before_us", "mark_us",
-                            "query_us", "end_minus_host_in_us", "exit_minus_after_bucket_us_median",
+                            "query_us", "busy_data_ms", "idle_data_ms", "end_minus_host_in_us",
+                            "exit_minus_after_bucket_us_median",
                             "diagnosis_off", "params_max_abs_diff", "gpu", "nccl") if k in nums]
         if keys:
             print(f"  {name}: " + ", ".join(f"{k}={nums[k]}" for k in keys), flush=True)

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
-CUDA_ONLY = {"events", "capture"}
+CUDA_ONLY = {"events", "datastall", "capture"}
 
 
 @pytest.mark.slow
@@ -48,6 +48,13 @@ def test_gpu_check_cpu_quick(tmp_path: Path) -> None:
     logic = {k: v for k, v in selftest["checks"].items() if k not in timing}
     assert set(selftest["checks"]) >= timing and logic and all(logic.values()), selftest
     assert selftest["numbers"]["chain_steps"] > 100
+    # The datastall item against the fake device queue: a data phase while the device is busy costs
+    # the step nothing, one on a drained queue costs the sleep. The idle arm's compute bound (kernel
+    # + 2 ms) measures this loaded host's scheduling, so it informs and does not gate.
+    stall = items["datastall"]["numbers"]["selftest_fake_device"]
+    logic = {k: v for k, v in stall["checks"].items() if k != "idle_compute_is_the_kernel"}
+    assert len(logic) == 8 and all(logic.values()), stall
+    assert stall["numbers"]["busy"]["data_ms"] < 1.0 <= stall["numbers"]["busy"]["host_data_ms"]
     assert r.returncode == 0 and "gpu_check:" in r.stdout
     # What the shared path measured, not only that it ran.
     one = items["nccl1"]
