@@ -510,6 +510,26 @@ def _data_stall(r: Result, a: argparse.Namespace, source: Any, launch: Any, drai
                     <= float(np.median(host_data)) + 1e6, ms(data))
             r.check("idle_compute_is_the_kernel", 0.9 * _STALL_KERNEL_IDLE_NS <= float(np.median(compute))
                     <= _STALL_KERNEL_IDLE_NS + 2e6, ms(compute))
+    # Host cost of a data phase on the event timeline (two stamps, then two queries and two
+    # elapsed_time reads when its step resolves): empty steps with and without one, interleaved.
+    obs = Observer(None, Path(a.work) / "runs" / f"datastall-cost-{tag}",
+                   config=ObserverConfig(status_line=False, flush_mode="main"), event_source=source)
+    per: dict[bool, list[float]] = {False: [], True: []}
+    with obs:
+        for block in range(22 if a.quick else 62):
+            with_phase = block % 2 == 1
+            t0 = time.perf_counter_ns()
+            for _ in range(100):
+                with obs.step(samples=1):
+                    if with_phase:
+                        with obs.phase("data"):
+                            pass
+            if block >= 2:  # the first pair warms up
+                per[with_phase].append((time.perf_counter_ns() - t0) / 100)
+    r.numbers["step_us_without_data_phase"] = round(float(np.median(per[False])) / 1e3, 2)
+    r.numbers["step_us_with_data_phase"] = round(float(np.median(per[True])) / 1e3, 2)
+    r.numbers["data_phase_added_us"] = round(float(np.median(per[True]) - np.median(per[False])) / 1e3, 2)
+    r.check("cost_observer_no_failures", not obs.failures, obs.failures or None)
 
 
 # ----------------------------------------------------------------------------------- b / e
@@ -1208,8 +1228,8 @@ def _orchestrate(a: argparse.Namespace) -> int:
         nums = res.get("numbers", {})
         keys = [k for k in ("ratio_median", "ratio_ci95", "added_us_median", "n_pairs", "drift_ppm",
                             "host_minus_resolved_end_us_median", "calib_t_minus_host_before_us", "mark_us",
-                            "query_us", "busy_data_ms", "idle_data_ms", "end_minus_host_in_us",
-                            "exit_minus_after_bucket_us_median",
+                            "query_us", "busy_data_ms", "idle_data_ms", "data_phase_added_us",
+                            "end_minus_host_in_us", "exit_minus_after_bucket_us_median",
                             "diagnosis_off", "params_max_abs_diff", "gpu", "nccl") if k in nums]
         if keys:
             print(f"  {name}: " + ", ".join(f"{k}={nums[k]}" for k in keys), flush=True)

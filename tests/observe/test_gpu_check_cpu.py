@@ -53,7 +53,8 @@ def test_gpu_check_cpu_quick(tmp_path: Path) -> None:
     # + 2 ms) measures this loaded host's scheduling, so it informs and does not gate.
     stall = items["datastall"]["numbers"]["selftest_fake_device"]
     logic = {k: v for k, v in stall["checks"].items() if k != "idle_compute_is_the_kernel"}
-    assert len(logic) == 8 and all(logic.values()), stall
+    assert {"busy_data_near_zero", "busy_compute_is_the_kernel", "idle_data_is_the_sleep"} <= set(logic)
+    assert all(logic.values()), stall
     assert stall["numbers"]["busy"]["data_ms"] < 1.0 <= stall["numbers"]["busy"]["host_data_ms"]
     assert r.returncode == 0 and "gpu_check:" in r.stdout
     # What the shared path measured, not only that it ran.
