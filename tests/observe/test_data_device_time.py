@@ -69,7 +69,7 @@ def test_fake_device_queue():
 
 
 def test_data_phase_while_the_gpu_is_busy_costs_nothing(tmp_path):
-    work = 40 * MS
+    work = 60 * MS  # 50 ms of margin over the 10 ms of loading: a preempted host stays inside it
     obs, fake = _observer(tmp_path)
     for _ in range(4):
         with obs.step(samples=8):
@@ -104,7 +104,7 @@ def test_data_phase_after_the_queue_drained_counts_the_idle_time(tmp_path):
     for r in rows[:3]:
         (dur,) = host[r[0]]
         # The GPU idled from the end of its work to the end of the loading: that is the stall.
-        assert dur - work - 100_000 <= r[DATA] <= dur - work + 5 * MS, (r, dur)
+        assert dur - work - 2 * MS <= r[DATA] <= dur - work + 5 * MS, (r, dur)
         assert work - 100_000 <= r[COMPUTE] <= work + 5 * MS, (r, dur)
     # Nothing queued at all: the GPU waited the whole loading (device time = host time here).
     (dur,) = host[3]
@@ -141,11 +141,11 @@ def test_several_nested_early_and_unended_data_phases(tmp_path):
     obs.close()
     assert [r[0] for r in rows] == [0, 1, 2, 3, 4]
     busy, idle = host[0]
-    assert idle - 100_000 <= rows[0][DATA] <= idle + 2 * MS and rows[0][DATA] < busy + idle - 3 * MS
-    assert 10 * MS - 100_000 <= rows[1][DATA] <= 12 * MS
+    assert idle - 2 * MS <= rows[0][DATA] <= idle + 2 * MS and rows[0][DATA] < busy + idle - 3 * MS
+    assert 10 * MS - 100_000 <= rows[1][DATA] <= max(host[1]) and rows[1][DATA] < sum(host[1]) - 5 * MS
     assert 5 * MS - 100_000 <= rows[2][DATA] <= min(host[2][0] - 15 * MS, rows[2][T1] - rows[2][T0])
     assert rows[3][DATA] == 0
-    assert 5 * MS - 100_000 <= rows[4][DATA] <= 7 * MS
+    assert 5 * MS - 100_000 <= rows[4][DATA] <= host[4][0]
 
 
 def test_step_waits_for_its_data_stamps_and_a_stuck_one_is_left_out(tmp_path):
@@ -193,7 +193,7 @@ def test_end_to_end_run_and_diagnosis(tmp_path, gpu_busy):
     `diagnose`: loading hidden behind GPU work is no input stall; loading on an idle GPU is one."""
     from fabricpace.diagnose.engine import diagnose
 
-    work, load = (20 * MS, 0.008) if gpu_busy else (5 * MS, 0.020)
+    work, load = (30 * MS, 0.008) if gpu_busy else (5 * MS, 0.020)
     obs, fake = _observer(tmp_path, "busy" if gpu_busy else "idle")
     with obs:
         for _ in range(14):
@@ -208,7 +208,7 @@ def test_end_to_end_run_and_diagnosis(tmp_path, gpu_busy):
     share = steps["data_ns"].sum() / span
     modes = [f.mode for f in diagnose(obs.run_dir).findings]
     if gpu_busy:
-        assert share < 0.01, share  # was ~0.4 with host data time
+        assert share < 0.01, share  # ~0.27 with host data time (the code before session 8)
         assert (steps["compute_ns"] >= work - 1_000).all()
         assert "input_stall" not in modes
     else:
