@@ -294,3 +294,52 @@ def test_heavy_gc_on_a_part_of_the_fleet_is_tried_at_once(summaries):
     one = {"gc_ms": [80.0] + [0.0] * 9, "gc_count": [1.0] + [0.0] * 9}
     state, dec = ctl.update(50, summaries(0, world=10, step_ms=100, **one))
     assert dec == [] and state.gc_interval is None
+
+
+def test_a_move_whose_straggler_is_gone_in_its_on_window_is_reverted_at_once(summaries):
+    """Slowness that wanders (rank 1 slow in window 0, rank 2 in window 1, ...): the move tried for
+    rank 1 runs while rank 2 is slow, so the ON window is slower and rank 1 no longer slow per sample.
+    The move is reverted after that one pair (before: a second pair, one more ON window), and from then
+    on a straggler must persist for two windows before a move is tried."""
+    ctl = Controller(4, policies=("rebalance",))
+
+    def slow_window(w: int, r: int, samples: list[float], step_ms: float) -> tuple:
+        comp = [60.0 / 16 * n for n in samples]
+        comp[r] = 90.0 / 16 * samples[r]
+        last = [2.0] * 4
+        last[r] = 45.0
+        return ctl.update(
+            (w + 1) * 50, summaries(w, step_ms=step_ms, compute_ms=comp, samples=samples, last=last)
+        )
+
+    state, dec = slow_window(0, 1, [16.0] * 4, 100.0)
+    assert [d.action for d in dec] == ["enable"] and state.shares is not None
+    moved = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    # ON window: rank 1 is fine now (fewer samples), rank 2 slow with extra samples: 8% slower steps
+    state, dec = slow_window(1, 2, moved, 108.0)
+    assert [(d.policy, d.action) for d in dec] == [("rebalance", "note"), ("guard", "revert")]
+    assert "no longer slower per sample" in dec[0].reason and "it hurts" in dec[1].reason
+    assert state.shares is None and ctl.kept.shares is None
+    # After the cooldown, a new straggler clear within one window is no longer tried at once...
+    w = ctl.config.guard_cooldown + 2
+    state, dec = slow_window(w, 3, [16.0] * 4, 100.0)
+    assert dec == [] and state.shares is None
+    # ...but one that persists for a second window is.
+    state, dec = slow_window(w + 1, 3, [16.0] * 4, 100.0)
+    assert [d.action for d in dec] == ["enable"] and state.shares is not None
+
+
+def test_a_move_whose_straggler_persists_is_judged_by_the_guard_alone(summaries):
+    """The early revert needs both: the ranks relieved are no longer slow AND the ON window is slower.
+    A straggler that is still slow per sample in a slower ON window (e.g. a noisy window) is left to the
+    guard's pairs, as before."""
+    ctl = Controller(4, policies=("rebalance",))
+    comp, last = [60.0, 90.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    samples = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    on = [60.0 / 16 * n for n in samples]
+    on[1] = 90.0 / 16 * samples[1]
+    state, dec = ctl.update(
+        100, summaries(1, step_ms=108, compute_ms=on, samples=samples, last=[15.0, 5.0, 15.0, 15.0])
+    )
+    assert dec == [] and ctl.guard.trial is not None

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
-from fabricpace.pacing.guard import Guard, Verdict
+from fabricpace.pacing.guard import Guard, Trial, Verdict
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, fixed_step_cost, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
@@ -144,6 +144,10 @@ class Controller:
         self._gc_rss_ref: float | None = None
         self._placement_done = False
         self._bundle_failed = False
+        # Set when a rebalance trial's straggler was gone by its first ON window and the move hurt:
+        # slowness on this job does not persist from one window to the next (it wanders between
+        # ranks, or comes and goes), so the one-window shortcut for a new straggler is off from then on.
+        self._stragglers_wander = False
         self._inflation = 0.0  # this window's transfer / its quiet level
         self._transfer_now = math.nan  # this window's transfer per unit of compute
         # Transfer inflated beyond noise in this window / in the previous one (comm needs both).
@@ -300,6 +304,14 @@ class Controller:
         assert trial is not None
         trial.record(fleet.window, fleet.step_time, fleet.step_stderr)
         v: Verdict = self.guard.verdict(fleet.window)
+        gone = self._straggler_gone(trial, fleet)
+        if gone is not None and v.decide == "continue" and v.pairs >= 1 and v.ci_low > 0:
+            # The move hurts beyond noise and the ranks it relieves are no longer slow: nothing left
+            # for it to gain, so a second pair would only run it once more (a straggler that was slow
+            # for exactly the window that proposed the move, e.g. slowness wandering between nodes).
+            v = replace(v, decide="revert")
+            self._stragglers_wander = True
+            self._decide(out, step, "rebalance", "note", v.estimate, gone)
         if v.decide == "continue":
             return
         if v.decide == "keep":
@@ -327,6 +339,33 @@ class Controller:
                 f"{trial.policy} reverted ({why}): {v.describe()}; retry in {wait} windows",
             )
         self.guard.finish()
+
+    def _straggler_gone(self, trial: Trial, fleet: Fleet) -> str | None:
+        """Why a rebalance trial's move can no longer help, or None: in an ON window, the ranks it
+        takes samples from (ranks at or below an equal share in the control state) are no longer
+        slower per sample than the fleet's median. A move back toward equal shares takes samples from
+        ranks above an equal share (fast, but overloaded), so it is never judged this way."""
+        if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
+            return None
+        if trial.on.shares is None:
+            return None
+        n = self.world_size
+        on = np.asarray(trial.on.shares, dtype=np.float64)
+        off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
+        donors = np.flatnonzero((on < off - 1e-9) & (off <= 1.0 / n + 1e-9))
+        cps = fleet.cps
+        if donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
+            return None
+        excess = cps / float(np.median(cps)) - 1.0
+        now = float(np.median(excess[donors]))
+        if now >= self.config.straggler_compute_excess:
+            return None
+        who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {_fmt_ranks(donors)}"
+        return (
+            f"{who} no longer slower per sample in the move's first ON window ({now * 100:+.0f}% vs "
+            "median) and steps got slower: the straggler did not persist; new stragglers must now "
+            "persist for two windows before a move is tried"
+        )
 
     def _maintain(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         c, k = self.config, self.kept
@@ -457,8 +496,10 @@ class Controller:
                 new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
                 # The same slow group in consecutive windows: a persistent straggler; or one so clear
                 # within this window (slow in most of its steps, by far) that waiting only costs.
-                clear = float(excess[slow].min()) >= c.straggler_clear_excess and (
-                    not fleet.has_arrivals or last >= c.straggler_clear_last_share
+                clear = (
+                    not self._stragglers_wander
+                    and float(excess[slow].min()) >= c.straggler_clear_excess
+                    and (not fleet.has_arrivals or last >= c.straggler_clear_last_share)
                 )
                 if gain >= c.rebalance_min_gain:
                     ok = persistent(f"rebalance:{_fmt_ranks(slow)}") or clear
