@@ -43,11 +43,24 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
         "negative size": (["--workload", str(neg)], "parameters"),
         "missing key": (["--workload", str(missing)], "batch_per_gpu"),
         "ghost rank": (["--workload", str(small_workload), "--noise", str(ghost)], "rank 99 does not exist"),
+        # before: a traceback (numpy refuses negative seeds)
+        "negative seed": (["--workload", str(small_workload), "--seed", "-1"], "--seed -1"),
+        # before: the run directory was written, then the summary failed on its single step
+        "one step": (["--workload", str(small_workload), "--steps", "1"], "--steps 1"),
     }, {"unknown link": (link, "leaf9->spine99"), "unknown field": (typo, "jiter")}
 
 
 @pytest.mark.parametrize(
-    "case", ["unknown preset", "unknown base preset", "negative size", "missing key", "ghost rank"]
+    "case",
+    [
+        "unknown preset",
+        "unknown base preset",
+        "negative size",
+        "missing key",
+        "ghost rank",
+        "negative seed",
+        "one step",
+    ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workload, case):
     args, needle = _bad_cases(tmp_path, write_yaml, small_workload)[0][case]

@@ -203,9 +203,30 @@ def test_study_plan_checks(tmp_path):
         ({"modes": ("fast",)}, "--compare"),
         ({"steps": 3}, "--steps"),
         ({"backend": "cloud"}, "--backend"),
+        ({"nodes": (2, 1, 2)}, "node count 2 is given twice"),
+        ({"nodes": (0, 1)}, "at least 1"),
+        ({"seed": -1}, "--seed -1"),  # before: a traceback from numpy's SeedSequence
+        ({"nodes": (1, 33)}, "--nodes 33: cluster 'single-switch' has only 32"),
     ):
         with pytest.raises(InputError, match=needle):
             check_plan(StudyPlan(**{**base, **bad}))
+    # What simulate() refuses for one node count fails the whole plan before anything runs.
+    ghost = tmp_path / "ghost.yaml"
+    ghost.write_text("slow:\n  - {rank: 9, factor: 2}\n")
+    with pytest.raises(InputError, match="rank 9 does not exist"):
+        check_plan(StudyPlan(**{**base, "nodes": (2, 1), "noise": str(ghost)}))
+
+
+def test_study_that_cannot_run_every_point_writes_nothing(cli, tmp_path):
+    """Before: the 1-node runs ran and were written, then the 64-node point failed (exit 2) and left a
+    half-written study folder behind."""
+    out = tmp_path / "s"
+    r = cli(
+        "study", "--cluster", "single-switch", "--workload", "resnet-50", "--nodes", "1,64", "--steps", "10",
+        "--warmup", "2", "--repeats", "1", "--out", str(out),
+    )  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--nodes 64" in r.stderr
+    assert not out.exists()
 
 
 def test_missing_backend_module_is_an_input_error():
@@ -238,6 +259,10 @@ def test_scenario_study_block_errors_name_scenario_yaml(cli, tmp_path):
     cases = {
         "steps": ({"study": {"steps": 60, "warmup": 80}}, "study"),
         "nodes": ({"study": {"nodes": [4, 128]}}, "study.nodes"),
+        # before: "--nodes 0: must be at least 1" (an option never passed), after an empty study folder
+        "zero": ({"study": {"nodes": [0, 4]}}, "study.nodes"),
+        # before: the 4-node runs, then "--out .../sim-n4-baseline-r0: already exists" for the second 4
+        "twice": ({"study": {"nodes": [4, 4]}}, "study.nodes"),
         "missing": ({"workload": "workloads.yaml"}, "'workload'"),
     }
     for name, (changes, field) in cases.items():
@@ -246,3 +271,4 @@ def test_scenario_study_block_errors_name_scenario_yaml(cli, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, (name, r.stderr)
         assert "scenario.yaml" in lines[0] and field in lines[0] and "--" not in lines[0], (name, lines[0])
+        assert not (tmp_path / f"o-{name}").exists()

@@ -99,6 +99,11 @@ def register(app: typer.Typer) -> None:
         if pacing not in ("off", "auto"):
             raise InputError(f"--pacing {pacing!r}: choose off or auto")
         _check_counts(window=window, warmup=warmup)
+        if steps < 2:
+            # The summary printed below needs two steps; refuse before a run directory is written.
+            raise InputError(f"--steps {steps}: must be at least 2 (the printed summary needs two steps)")
+        if seed < 0:
+            raise InputError(f"--seed {seed}: must be 0 or more")
         cluster, workload, noise, _ = _resolve_inputs(scenario, cluster, workload, noise)
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
@@ -216,9 +221,6 @@ def register(app: typer.Typer) -> None:
             window=window,
             node_order=node_order,
         )
-        check_plan(plan)  # bad input fails before the progress bar draws anything
-        if backend != "sim":
-            require_torch(f"study --backend {backend}")
         if sc is not None and nodes is None and plan.cluster is not None:
             from fabricpace.fabric import load_cluster
 
@@ -229,6 +231,9 @@ def register(app: typer.Typer) -> None:
                     f"{sc.folder / 'scenario.yaml'}: field 'study.nodes': {too_many[0]} nodes, but the "
                     f"cluster ({plan.cluster}) has {have}; lower study.nodes or raise the cluster's nodes"
                 )
+        check_plan(plan)  # bad input fails before the progress bar draws anything
+        if backend != "sim":
+            require_torch(f"study --backend {backend}")
         total = len(plan.points())
         with stderr_progress() as bar:
             task = bar.add_task(f"study ({backend})", total=total)

@@ -4,7 +4,14 @@
 diagnosis and reports read exactly like a real one. See docs/simulator.md.
 """
 
-from fabricpace.sim.loop import NODE_ORDERS, SimOptions, rank_leaves, resolve_node_order, simulate
+from fabricpace.sim.loop import (
+    NODE_ORDERS,
+    SimOptions,
+    check_job,
+    rank_leaves,
+    resolve_node_order,
+    simulate,
+)
 from fabricpace.sim.noise import Noise, load_noise
 from fabricpace.sim.twins import twin_policies
 from fabricpace.sim.workload import Workload, load_workload
@@ -14,6 +21,7 @@ __all__ = [
     "Noise",
     "SimOptions",
     "Workload",
+    "check_job",
     "load_noise",
     "load_workload",
     "rank_leaves",

@@ -50,7 +50,10 @@ def _load_cluster(cluster: Any) -> Any:
     return load_cluster(cluster)
 
 
-def _check(cluster: Any, workload: Workload, *, nodes: int, steps: int) -> None:
+def _check(cluster: Any, workload: Workload, *, nodes: int, steps: int, seed: int) -> None:
+    if seed < 0:
+        # numpy's SeedSequence refuses negative entropy with a bare ValueError.
+        raise InputError(f"--seed {seed}: must be 0 or more")
     if nodes < 1:
         raise InputError(f"--nodes {nodes}: must be at least 1")
     if steps < 1:
@@ -68,6 +71,60 @@ def _check(cluster: Any, workload: Workload, *, nodes: int, steps: int) -> None:
         )
     if nodes % p.pp:
         raise ConfigError(f"{workload.source}: field 'parallelism.pp': {p.pp} must divide --nodes {nodes}")
+
+
+def _check_job(
+    cl: Any,
+    wl: Workload,
+    nz: Noise,
+    *,
+    nodes: int,
+    steps: int,
+    seed: int,
+    node_order: str | Sequence[int] | None,
+) -> tuple[np.ndarray | None, list[str]]:
+    """Every input check of ``simulate`` that needs no run: (node order, faults outside the job)."""
+    _check(cl, wl, nodes=nodes, steps=steps, seed=seed)
+    names = link_names(cl, nodes)
+    all_links = link_names(cl, cl.nodes) if (nz.spec.links or nz.spec.foreign) else None
+    outside = nz.validate_against(
+        world=nodes * cl.gpus_per_node,
+        nodes=nodes,
+        links=names,
+        cluster_links=all_links,
+        cluster_nodes=cl.nodes,
+    )
+    p = wl.spec.parallelism
+    order = resolve_node_order(node_order, nodes=nodes, seed=seed)
+    if order is not None and (p.pp > 1 or p.tp > 1):
+        raise ConfigError(
+            f"{wl.source}: a node order other than 'packed' is modelled for data parallelism only "
+            "(tp = pp = 1); use --node-order packed"
+        )
+    return order, outside
+
+
+def check_job(
+    cluster: Any,
+    workload: str | Path | Workload,
+    noise: str | Path | Noise | None = None,
+    *,
+    nodes: int,
+    steps: int,
+    seed: int = 0,
+    node_order: str | Sequence[int] | None = None,
+) -> None:
+    """Raise the ``InputError``/``ConfigError`` that ``simulate`` would raise for these inputs, without
+    running anything or touching the disk (a study checks every node count before it starts)."""
+    _check_job(
+        _load_cluster(cluster),
+        load_workload(workload),
+        load_noise(noise),
+        nodes=nodes,
+        steps=steps,
+        seed=seed,
+        node_order=node_order,
+    )
 
 
 def _max_delay_share(controller: Any) -> float:
@@ -143,26 +200,15 @@ def simulate(
     cl = _load_cluster(cluster)
     wl = load_workload(workload)
     nz = load_noise(noise)
-    _check(cl, wl, nodes=nodes, steps=steps)
-    g = cl.gpus_per_node
-    world = nodes * g
-    names = link_names(cl, nodes)
-    all_links = link_names(cl, cl.nodes) if (nz.spec.links or nz.spec.foreign) else None
-    outside = nz.validate_against(
-        world=world, nodes=nodes, links=names, cluster_links=all_links, cluster_nodes=cl.nodes
-    )
+    order, outside = _check_job(cl, wl, nz, nodes=nodes, steps=steps, seed=seed, node_order=node_order)
     out = check_new_dir(out_dir, what="--out")
     if options.window < 1:
         raise InputError(f"window {options.window}: must be at least 1")
-
+    g = cl.gpus_per_node
+    world = nodes * g
+    names = link_names(cl, nodes)
     p = wl.spec.parallelism
     dp_nodes = nodes // p.pp
-    order = resolve_node_order(node_order, nodes=nodes, seed=seed)
-    if order is not None and (p.pp > 1 or p.tp > 1):
-        raise ConfigError(
-            f"{wl.source}: a node order other than 'packed' is modelled for data parallelism only "
-            "(tp = pp = 1); use --node-order packed"
-        )
     from fabricpace.sim.engine import step_collectives
 
     coll = step_collectives(wl)

@@ -66,8 +66,19 @@ def check_plan(plan: StudyPlan) -> None:
     bad = [m for m in plan.modes if m not in MODES]
     if bad or not plan.modes:
         raise InputError(f"--compare {','.join(plan.modes)!r}: modes are {', '.join(MODES)}")
+    if not plan.nodes or min(plan.nodes) < 1:
+        raise InputError(f"--nodes {','.join(map(str, plan.nodes))}: node counts must be at least 1")
+    twice = sorted({n for n in plan.nodes if plan.nodes.count(n) > 1})
+    if twice:
+        # Each (nodes, mode, repeat) point has one run folder; a repeated count would run into its own.
+        raise InputError(
+            f"--nodes {','.join(map(str, plan.nodes))}: node count {twice[0]} is given twice; "
+            "give each node count once (use --repeats for more runs)"
+        )
     if plan.repeats < 1:
         raise InputError(f"--repeats {plan.repeats}: must be at least 1")
+    if plan.seed < 0:
+        raise InputError(f"--seed {plan.seed}: must be 0 or more (repeat i uses seed + i)")
     if plan.warmup < 0 or plan.steps < plan.warmup + 2:
         raise InputError(
             f"--steps {plan.steps} / --warmup {plan.warmup}: need at least warmup + 2 steps to measure"
@@ -80,6 +91,22 @@ def check_plan(plan: StudyPlan) -> None:
         raise InputError(f"--node-order {plan.node_order}: only the sim backend models the node order")
     if plan.backend == "sim" and (plan.cluster is None or plan.workload is None):
         raise InputError("study --backend sim needs --cluster and --workload, or --scenario NAME|DIR")
+    if plan.backend == "sim":
+        from fabricpace.sim import check_job
+
+        # What simulate() would refuse (nodes beyond the cluster, tp/pp that do not divide, a fault on a
+        # rank the job lacks) fails here, before the study folder exists, not after some of its runs.
+        # (The seed only draws the shuffled node order, which cannot fail: one seed checks them all.)
+        for nodes in plan.nodes:
+            check_job(
+                plan.cluster,
+                plan.workload,  # type: ignore[arg-type]
+                plan.noise,
+                nodes=nodes,
+                steps=plan.steps,
+                seed=plan.seed,
+                node_order=plan.node_order,
+            )
 
 
 def _backend_module(name: str) -> Any:

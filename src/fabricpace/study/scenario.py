@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fabricpace._errors import ConfigError
 from fabricpace.sim._config import read_yaml, resolve, validate
@@ -25,6 +25,17 @@ from fabricpace.sim._config import read_yaml, resolve, validate
 class StudyDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     nodes: list[int] = Field(default=[4, 8, 16], min_length=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_counts(cls, v: list[int]) -> list[int]:
+        if min(v) < 1:
+            raise ValueError(f"node counts must be at least 1 (got {min(v)})")
+        twice = sorted({n for n in v if v.count(n) > 1})
+        if twice:
+            raise ValueError(f"node count {twice[0]} is given twice; give each node count once")
+        return v
+
     steps: int = Field(default=300, ge=2)
     warmup: int = Field(default=50, ge=0)
     repeats: int = Field(default=3, ge=1)
