@@ -89,8 +89,15 @@ def _culprits(c: dict[str, Any]) -> str:
     return "\n".join(out) or "-"
 
 
+def _count(n: Any, noun: str) -> str:
+    if n is None:
+        return f"? {noun}s"
+    return f"{n} {noun if n == 1 else noun + 's'}"
+
+
 def _print_text(d: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape as e  # paths, warnings, reasons: shown as given, never read as markup
     from rich.table import Table
 
     con = Console(highlight=False)
@@ -100,33 +107,39 @@ def _print_text(d: dict[str, Any]) -> None:
         m = r["metrics"]
         step = m.get("step_ms_mean")
         con.print(
-            f"[bold]{r['path']}[/bold]  {r['world_size']} ranks / {r['nodes']} nodes, {r['steps_used']} steps"
+            f"[bold]{e(str(r['path']))}[/bold]  {_count(r['world_size'], 'rank')} / "
+            f"{_count(r['nodes'], 'node')}, {r['steps_used']} steps"
             + (f", step {step:.2f} ms (CV {m.get('step_cv', 0):.3f})" if step else "")
-            + f" — verdict: [bold]{r['verdict']}[/bold]"
+            + f" — verdict: [bold]{e(str(r['verdict']))}[/bold]"
         )
-        for w in r.get("warnings", [])[:3]:
-            con.print(f"  [yellow]warning:[/yellow] {w}")
+        warnings = r.get("warnings", [])
+        for w in warnings[:3]:
+            con.print(f"  [yellow]warning:[/yellow] {e(str(w))}")
+        if len(warnings) > 3:
+            con.print(f"  [yellow]warning:[/yellow] … and {len(warnings) - 3} more (--format json lists all)")
     if d["findings"]:
         t = Table(title="Findings", show_lines=True)
         for col in ("Run", "Mode", "Severity", "Conf.", "Culprits", "What-if", "Evidence"):
             t.add_column(col, overflow="fold")
         for f in d["findings"]:
             t.add_row(
-                Path(f["run"]).name,
-                f["mode"],
+                e(Path(f["run"]).name),
+                e(f["mode"]),
                 _pct(f["severity_pct"]),
                 f"{f['confidence']:.2f}",
-                _culprits(f["culprits"]),
+                e(_culprits(f["culprits"])),
                 _pct(f["what_if_saving_pct"]),
-                _evidence_line(f),
+                e(_evidence_line(f)),
             )
         con.print(t)
         for f in d["findings"]:
-            con.print(f"[bold]{f['mode']}[/bold] ({Path(f['run']).name}): {f['recommendation']}")
+            run = e(Path(f["run"]).name)
+            con.print(f"[bold]{e(f['mode'])}[/bold] ({run}): {e(str(f['recommendation']))}")
     elif d["healthy"]:
         con.print("[green]healthy[/green]: no failure mode above its documented threshold.")
     for a in d["abstained"]:
-        con.print(f"[yellow]cannot tell[/yellow] {a['mode']} ({Path(a['run']).name}): {a['reason']}")
+        run = e(Path(a["run"]).name)
+        con.print(f"[yellow]cannot tell[/yellow] {e(a['mode'])} ({run}): {e(str(a['reason']))}")
     s = d.get("scaling")
     if s:
         t = Table(title="Scaling")
@@ -157,11 +170,11 @@ def _print_text(d: dict[str, Any]) -> None:
         con.print(t)
         if s.get("dominant_loss"):
             con.print(
-                f"Lost time as N grows goes mostly to: [bold]{s['dominant_loss']}[/bold] "
+                f"Lost time as N grows goes mostly to: [bold]{e(str(s['dominant_loss']))}[/bold] "
                 f"(efficiency at the largest size {s['efficiency_at_largest']:.1%})."
             )
         for note in s.get("notes") or []:
-            con.print(f"[yellow]note:[/yellow] {note}")
+            con.print(f"[yellow]note:[/yellow] {e(str(note))}")
 
 
 def register(app: typer.Typer) -> None:

@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        con = Console(soft_wrap=True, highlight=False)
+        con = Console(soft_wrap=True, highlight=False, markup=False)  # paths and names as given: no markup
         con.print(f"cluster {cl.name}: {len(items)} hosts on {len(set(leaves))} leaves")
         if from_positions:
             con.print(
