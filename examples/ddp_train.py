@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         import fabricpace
         from fabricpace.observe import ObserverConfig
+        from fabricpace.pacing import sample_weight
 
         obs = fabricpace.observe(model, run_dir=args.run_dir, pacing=args.pacing, window=args.window,
                                  metrics_port=args.metrics_port,
@@ -99,6 +100,11 @@ def main(argv: list[str] | None = None) -> None:
                     time.sleep(args.slow_ms / 1e3)
                 churn(args.gc_churn)
                 loss = torch.nn.functional.cross_entropy(model(x), y)
+                if obs is not None:
+                    # Rebalance (--pacing auto) gives ranks unequal batches; DDP averages the ranks'
+                    # gradients equally, so weight each rank's mean loss by its share of the global
+                    # batch: the update stays the global-batch mean (factor 1 when shares are equal).
+                    loss = loss * sample_weight(n, args.batch, world)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
