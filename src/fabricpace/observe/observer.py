@@ -301,7 +301,7 @@ class Observer:
             probe.remove()
 
     def _publish_rank(self) -> None:
-        row = locality.probe(self.rank)
+        row = locality.probe(self.rank, startup.cuda_device(self.model))
         row["clock_offset_ns"] = self.clock_estimate.offset_ns
         row["clock_err_ns"] = self.clock_estimate.err_ns
         self._rank_row = row
