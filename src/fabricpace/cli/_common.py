@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from fabricpace._errors import InputError
@@ -58,6 +59,20 @@ def check_format(value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise InputError(f"--format {value!r}: choose one of {', '.join(allowed)}")
     return value
+
+
+def check_output_path(path: Path, *, option: str) -> None:
+    """Refuse, before any work, an output path with a file where a folder must be.
+
+    ``-o notes.txt/report.html`` used to fail only when the file was written, after the work, with a
+    NotADirectoryError traceback. Missing folders are left to each command (some create them, some
+    ask the user to). Links are followed, as opening the path would.
+    """
+    for parent in path.parents:  # nearest first
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{option} {path}: {parent} is a file, not a folder; choose another path")
+            return
 
 
 def require_torch(what: str) -> None:

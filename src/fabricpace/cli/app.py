@@ -98,6 +98,10 @@ def main() -> None:
         _fail(2, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except FabricpaceError as exc:
         _fail(1, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except NotADirectoryError as exc:
+        # A path the user gave has a file where a folder must be (--out notes.txt/run); commands check
+        # their outputs up front, this catches the rest (e.g. a verb that creates folders as it goes).
+        _fail(2, f"{exc.filename}: a part of this path is a file, not a folder; choose another path")
     except KeyboardInterrupt:
         _fail(130, "interrupted")
     else:

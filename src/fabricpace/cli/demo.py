@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import FabricpaceError, InputError
-from fabricpace.cli._common import require_torch
+from fabricpace.cli._common import check_output_path, require_torch
 from fabricpace.run.destination import check_new_dir
 
 
@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The whole loop: simulated paper study, a real local run observed/diagnosed/paced, a report."""
         folder = out if out is not None else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+        check_output_path(folder, option="--out")
         check_new_dir(folder)
         if steps < 40:
             raise InputError(f"--steps {steps}: the local run needs at least 40 steps to measure")

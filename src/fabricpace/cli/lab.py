@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from fabricpace.cli._common import check_format, require_torch
+from fabricpace.cli._common import check_format, check_output_path, require_torch
 
 
 def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
@@ -129,6 +129,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--pacing {pacing!r}: choose auto or off")
         if backend not in ("lab", "local"):
             raise InputError(f"--backend {backend!r}: choose lab or local")
+        check_output_path(out, option="--out")
         if steps < 0:  # 0: the default; a negative count started ranks that trained nothing
             raise InputError(f"--steps {steps}: give a positive number of steps (0: the scenario's default)")
         sc = load_scenario(scenario)

@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, parse_size
+from fabricpace.cli._common import check_format, check_output_path, parse_size
 
 _FIELD = re.compile(r"^(slots|max_slots|node)=(\d+)$")
 _LEAF = re.compile(r"^leaf=([^\s=]+)$")  # a number or a switch name (ib-leaf-07): only equality matters
@@ -137,6 +137,10 @@ def register(app: typer.Typer) -> None:
         size = parse_size(nbytes, option="--bytes")
         if out is not None and out.exists():
             raise InputError(f"--out {out}: file exists; choose a new name (fabricpace never overwrites it)")
+        if out is not None:
+            check_output_path(out, option="--out")
+            if not out.parent.is_dir():
+                raise InputError(f"--out {out}: folder {out.parent} does not exist; create it first")
         cl = load_cluster(cluster)
         items = parse_hosts(hosts)
         leaves = host_leaves(items, cl, hosts)
