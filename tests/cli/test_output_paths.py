@@ -77,3 +77,12 @@ def test_place_out_under_a_file_or_in_a_missing_folder_is_one_line(cli, tmp_path
     _refused(cli(*base, str(blocker / "placed.txt")), "is a file, not a folder")
     _refused(cli(*base, str(tmp_path / "missing" / "placed.txt")), "does not exist; create it first")
     assert not (tmp_path / "missing").exists()
+
+
+def test_run_refuses_a_run_dir_under_a_file_before_starting_ranks(cli, tmp_path, blocker):
+    script = tmp_path / "train.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    r = cli("run", "--nproc", "1", "--run-dir", str(blocker / "run"), "--", str(script))
+    _refused(r, "--run-dir", "is a file, not a folder")
+    assert not marker.exists()  # before: the job ran, and its observers recorded nothing

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from fabricpace._errors import InputError
+from fabricpace.cli._common import check_output_path
 
 
 def torchrun_command(nproc: int, script: str, args: list[str]) -> list[str]:
@@ -51,6 +52,8 @@ def register(app: typer.Typer) -> None:
         script = argv[0]
         if not Path(script).is_file():
             raise InputError(f"run: script {script!r} not found; pass the path of a Python training script")
+        if run_dir is not None:  # the ranks' observers would record nothing there, and training would go on
+            check_output_path(Path(run_dir), option="--run-dir")
         if importlib.util.find_spec("torch") is None:
             raise InputError("run: torch is not installed; install it with pip install 'fabricpace[torch]'")
         env = dict(os.environ)
