@@ -49,3 +49,20 @@ def test_lab_run_negative_steps_is_refused_before_anything_runs(cli, tmp_path, b
 def test_lab_measure_non_positive_seconds_is_refused(cli, seconds):
     r = cli("lab", "measure", "--seconds", seconds, "--prefix", "fpw-")
     _one_line(r, f"--seconds {seconds}")
+
+
+def test_lab_run_fault_on_a_rank_the_run_lacks_is_refused(cli, tmp_path):
+    scenario = tmp_path / "th7.yaml"
+    scenario.write_text("name: th7\nworld: 4\nsteps: 10\nfaults:\n  throttle: {ranks: [7], cpus: 0.5}\n")
+    out = tmp_path / "run"
+    try:  # before: the 4 ranks trained with no fault at all, exit 0
+        r = cli("lab", "run", "--scenario", str(scenario), "--backend", "local", "--steps", "3",
+                "--out", str(out), "--prefix", "fpw-")
+    finally:
+        _down_if_built("fpw-")
+    _one_line(r, "faults.throttle.ranks [7]", "0-3")
+    assert not out.exists()
+    # beyond what a scenario file's `world` may ask for (before: 65 local ranks started on this machine)
+    r = cli("lab", "run", "--nodes", "65", "--backend", "local", "--out", str(out), "--prefix", "fpw-")
+    _one_line(r, "--nodes 65")
+    assert not out.exists()

@@ -20,6 +20,21 @@ def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
             typer.echo(line)
 
 
+def _check_fault_ranks(sc: Any, world: int, source: str) -> None:
+    """A fault on a rank the run does not have would silently not happen (the run looked healthy)."""
+    from fabricpace._errors import InputError
+
+    for name in ("throttle", "gc_noise"):
+        ranks = getattr(getattr(sc.faults, name), "ranks", None)
+        if isinstance(ranks, list):
+            bad = [r for r in ranks if not 0 <= r < world]
+            if bad:
+                raise InputError(
+                    f"{source}: faults.{name}.ranks {bad}: a {world}-rank run has ranks 0-{world - 1}; "
+                    "fix the file or pass --nodes"
+                )
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     lab_app = typer.Typer(help="A real small cluster on this machine: namespaces as nodes, shaped uplinks.",
@@ -132,7 +147,10 @@ def register(app: typer.Typer) -> None:
         check_output_path(out, option="--out")
         if steps < 0:  # 0: the default; a negative count started ranks that trained nothing
             raise InputError(f"--steps {steps}: give a positive number of steps (0: the scenario's default)")
+        if nodes > 64:  # the bound a scenario file's `world` has; 0 is the scenario's own
+            raise InputError(f"--nodes {nodes}: a lab run takes 2 to 64 ranks")
         sc = load_scenario(scenario)
+        _check_fault_ranks(sc, nodes or sc.world, scenario)
         require_torch(f"lab run --backend {backend}")
         res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
                                     seed=seed, backend=backend, prefix=prefix,
