@@ -43,3 +43,19 @@ def test_place_text_shows_a_bracketed_hosts_path_verbatim(cli, tmp_path):
     assert f"{hosts}: no host says node=K or leaf=L" in r.stdout
     assert f"(written to {out})" in r.stdout
     assert out.read_text().split() == ["h0", "slots=8", "h1", "slots=8", "h2", "slots=8", "h3", "slots=8"]
+
+
+def test_counts_of_one_read_singular(cli, tmp_path):
+    """Before session 8: 'imported kineto -> …: 1 ranks' and 'run  1 ranks / 1 nodes'."""
+    src = Path(__file__).parents[1] / "importers" / "data" / "real_gloo"
+    one = tmp_path / "trace"
+    one.mkdir()
+    trace = sorted(src.iterdir())[0]
+    (one / trace.name).write_bytes(trace.read_bytes())
+    out = tmp_path / "one"
+    r = cli("import", "kineto", str(one), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"imported kineto -> {out}: 1 rank, 6 steps, 6 collective rows, 0 op rows" in r.stdout
+    r = cli("diagnose", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{out}  1 rank / 1 node, ")

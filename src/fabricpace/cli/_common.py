@@ -61,6 +61,13 @@ def check_format(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def count(n: int | None, noun: str) -> str:
+    """'1 rank', '4 ranks', '? ranks' (unknown): counts in text output read as English."""
+    if n is None:
+        return f"? {noun}s"
+    return f"{n} {noun if n == 1 else noun + 's'}"
+
+
 def check_output_path(path: Path, *, option: str) -> None:
     """Refuse, before any work, an output path with a file where a folder must be.
 

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from fabricpace._errors import InputError
+from fabricpace.cli._common import count
 
 
 def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -89,12 +90,6 @@ def _culprits(c: dict[str, Any]) -> str:
     return "\n".join(out) or "-"
 
 
-def _count(n: Any, noun: str) -> str:
-    if n is None:
-        return f"? {noun}s"
-    return f"{n} {noun if n == 1 else noun + 's'}"
-
-
 def _print_text(d: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markup import escape as e  # paths, warnings, reasons: shown as given, never read as markup
@@ -107,8 +102,8 @@ def _print_text(d: dict[str, Any]) -> None:
         m = r["metrics"]
         step = m.get("step_ms_mean")
         con.print(
-            f"[bold]{e(str(r['path']))}[/bold]  {_count(r['world_size'], 'rank')} / "
-            f"{_count(r['nodes'], 'node')}, {r['steps_used']} steps"
+            f"[bold]{e(str(r['path']))}[/bold]  {count(r['world_size'], 'rank')} / "
+            f"{count(r['nodes'], 'node')}, {r['steps_used']} steps"
             + (f", step {step:.2f} ms (CV {m.get('step_cv', 0):.3f})" if step else "")
             + f" — verdict: [bold]{e(str(r['verdict']))}[/bold]"
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, check_output_path, stderr_progress
+from fabricpace.cli._common import check_format, check_output_path, count, stderr_progress
 
 
 @contextmanager
@@ -99,22 +99,24 @@ def register(app: typer.Typer) -> None:
 
         # Row counts from the Parquet footers: an imported trace can be large; only steps are read.
         data = load_run(run, tables=("steps",))
+        n_steps = int(data.steps["step"].n_unique()) if data.steps.height else 0
+        n_coll, n_ops = _rows(run, "collectives"), _rows(run, "ops")
         summary = {
             "run_dir": str(run),
             "format": fmt,
             "world_size": data.world_size,
             "nodes": data.manifest.nodes,
-            "steps": int(data.steps["step"].n_unique()) if data.steps.height else 0,
+            "steps": n_steps,
             "step_rows": data.steps.height,
-            "collective_rows": _rows(run, "collectives"),
-            "op_rows": _rows(run, "ops"),
+            "collective_rows": n_coll,
+            "op_rows": n_ops,
         }
         if output_format == "json":
             print(json.dumps(summary))
         else:
             print(
-                f"imported {fmt} -> {run}: {summary['world_size']} ranks, {summary['steps']} steps, "
-                f"{summary['collective_rows']} collective rows, {summary['op_rows']} op rows"
+                f"imported {fmt} -> {run}: {count(data.world_size, 'rank')}, {count(n_steps, 'step')}, "
+                f"{count(n_coll, 'collective row')}, {count(n_ops, 'op row')}"
             )
 
     export_app = typer.Typer(help="Export a run directory to other tools' formats.", no_args_is_help=True)
