@@ -97,6 +97,17 @@ def test_failing_pacer_is_dropped_training_continues(tmp_path, where, caplog):
     assert fabricpace.load_run(obs.run_dir).steps.height == 6
 
 
+@pytest.mark.parametrize("pacing", [["gc", "rebalance"], ("gc",), "gc,rebalance"])
+def test_pacing_as_a_list_of_policies_builds_the_pacer(tmp_path, pacing):
+    """The issue's own form, observe(model, pacing=["gc", "rebalance"]): before, a list was taken for a
+    pacer object, failed at its first call and pacing was silently off."""
+    with observe(None, tmp_path / "l", pacing=pacing, window=3, config=CFG) as obs:
+        _train(obs, 6)
+        assert obs.pacer.active and "pacing" not in obs.failures
+    mode = pacing if isinstance(pacing, str) else ",".join(pacing)
+    assert fabricpace.load_run(obs.run_dir).manifest.pacing["mode"] == mode
+
+
 def test_unknown_pacing_mode_does_not_stop_training(tmp_path):
     with observe(None, tmp_path / "u", pacing="no-such-mode", config=CFG) as obs:
         _train(obs, 3)

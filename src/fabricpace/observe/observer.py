@@ -46,7 +46,7 @@ from fabricpace.observe import align, chunks, ddp_instrument, locality, startup,
 from fabricpace.observe._guard import Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
-from fabricpace.observe.pacer import SafePacer, load_pacer
+from fabricpace.observe.pacer import SafePacer, load_pacer, pacing_mode
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason, finish_rank0
 from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
@@ -357,7 +357,7 @@ class Observer:
                     source="observer", world_size=self.world, nodes=max(len(hosts), 1),
                     gpus_per_node=int(per_node),
                     workload=startup.workload(model),
-                    pacing={"mode": pacing if isinstance(pacing, str) else type(pacing).__name__},
+                    pacing={"mode": pacing_mode(pacing)},
                     extra={"observer": {k: getattr(self.config, k) for k in self.config.__dataclass_fields__},
                            "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)"},
                 )

@@ -34,11 +34,23 @@ def load_pacer(pacing: Any, *, rank: int, world: int, run_dir: Path, window: int
     """The pacer object for ``pacing`` (None when off)."""
     if pacing is None or pacing == "off" or pacing is False:
         return None
-    if isinstance(pacing, str):
+    if isinstance(pacing, str) or (
+        isinstance(pacing, list | tuple) and all(isinstance(p, str) for p in pacing)
+    ):  # "auto", "gc,comm" or ["gc", "rebalance"] (the documented forms); anything else is a pacer object
         from fabricpace.pacing import make_pacer  # type: ignore[attr-defined]
 
         return make_pacer(pacing, rank=rank, world_size=world, run_dir=run_dir, window=window)
     return pacing
+
+
+def pacing_mode(pacing: Any) -> str:
+    """How the manifest names ``pacing``: the mode string, a policy list joined with commas, or the
+    pacer object's class."""
+    if isinstance(pacing, str):
+        return pacing
+    if isinstance(pacing, list | tuple) and all(isinstance(p, str) for p in pacing):
+        return ",".join(pacing)
+    return type(pacing).__name__
 
 
 def equal_share(global_batch: int, rank: int, world: int) -> int:
