@@ -207,6 +207,7 @@ def test_study_plan_checks(tmp_path):
         ({"nodes": (0, 1)}, "at least 1"),
         ({"seed": -1}, "--seed -1"),  # before: a traceback from numpy's SeedSequence
         ({"nodes": (1, 33)}, "--nodes 33: cluster 'single-switch' has only 32"),
+        ({"backend": "local", "nodes": (1, 2), "cluster": None}, "needs at least 2 ranks"),
     ):
         with pytest.raises(InputError, match=needle):
             check_plan(StudyPlan(**{**base, **bad}))

@@ -87,6 +87,12 @@ def check_plan(plan: StudyPlan) -> None:
 
     if plan.node_order not in NODE_ORDERS:
         raise InputError(f"--node-order {plan.node_order!r}: choose one of {', '.join(NODE_ORDERS)}")
+    if plan.backend != "sim" and min(plan.nodes) < 2:
+        # fabricpace.lab.launcher.run_scenario refuses it too, but only once the study folder exists.
+        raise InputError(
+            f"--nodes {','.join(map(str, plan.nodes))}: a {plan.backend} run needs at least 2 ranks "
+            "(one process per node)"
+        )
     if plan.backend != "sim" and plan.node_order != "packed":
         raise InputError(f"--node-order {plan.node_order}: only the sim backend models the node order")
     if plan.backend == "sim" and (plan.cluster is None or plan.workload is None):
