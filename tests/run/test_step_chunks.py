@@ -89,3 +89,13 @@ def test_row_groups_without_statistics_and_unreadable_parts(tmp_path: Path) -> N
 def test_not_a_chunked_table() -> None:
     with pytest.raises(ValueError, match="chunked table"):
         StepChunks(".", "ranks")
+
+
+def test_a_run_dir_whose_name_has_glob_characters_keeps_its_collectives(tmp_path: Path) -> None:
+    """`exp[lr=0.1]` is a common run-dir name; read as a glob pattern it matched nothing, so the
+    chunked reader saw no collectives (diagnose said 'undecided', the trace export was empty)."""
+    run = _observer_like(tmp_path / "exp[lr=0.1]")
+    full = load_run(run, tables=("collectives",)).collectives
+    chunks = StepChunks(run)
+    got = pl.concat([f for _lo, _hi, f in chunks.chunks(1000)])
+    assert got.height == full.height == 3 * 20 * 2

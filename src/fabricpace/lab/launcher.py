@@ -237,7 +237,7 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
 
     ranks_path = out / "ranks.parquet"
     if ranks_path.is_file():
-        ranks = pl.read_parquet(ranks_path)
+        ranks = pl.read_parquet(ranks_path, glob=False)
         node = [rank_node[r] for r in ranks["rank"].to_list()]
         leaf = [cfg.leaf_of(n) if cfg is not None else None for n in node]
         host = [cfg.node_ns(n) if cfg is not None else f"local-{n}" for n in node]

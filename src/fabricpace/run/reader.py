@@ -287,7 +287,7 @@ class StepChunks:
         names = self._names[files[0]]
         # Columns a file lacks are simply not read (the caller sees them missing or null).
         cols = [c for c in self.columns if c in names] if self.columns is not None else list(names)
-        return pl.scan_parquet([str(f) for f in files]).filter(in_range).select(cols).collect()
+        return pl.scan_parquet([str(f) for f in files], glob=False).filter(in_range).select(cols).collect()
 
     def chunks(
         self,
