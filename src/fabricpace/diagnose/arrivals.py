@@ -17,7 +17,7 @@ is computed on the whole instance table at the end, exactly as before streaming.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,14 +183,34 @@ def _chunk(c: pl.DataFrame, aligned: bool, waits: bool = True) -> tuple[pl.DataF
             (pl.col("t_enter_ns") + wait.clip(lower_bound=0)).alias("b"),
         )
     )
-    arr = interval_union(intervals, rs, pl.col("late_ns").max()).collect()
+    arr = interval_union(intervals, rs, maxes=["late_ns"])
     inst = inst.with_columns(pl.col("group").cast(pl.String))
     return inst, arr
 
 
-def interval_union(q: pl.LazyFrame, by: list[str], *aggs: pl.Expr) -> pl.LazyFrame:
+def interval_union(
+    frame: pl.DataFrame | pl.LazyFrame, by: Sequence[str], *, maxes: Sequence[str] = ()
+) -> pl.DataFrame:
     """Per ``by`` group, the total length of the union of intervals ``[a, b]`` (``wait_ns``), the first
-    start (``first_ns``) and the last end (``last_ns``), plus ``aggs``: one sort, no per-group Python."""
+    start (``first_ns``), the last end (``last_ns``) and the largest value of each column in ``maxes``.
+
+    One linear sweep over the rows when each group's rows are contiguous with ``a`` non-decreasing —
+    the order the collectives are stored in (steps, then ranks, then seq, or ranks first) and that a
+    row-order-keeping computation leaves them in. That is checked (O(n)); otherwise the frame is sorted
+    on ``(*by, a)`` first. Frames the sweep cannot take (nulls, NaN, non-integer times) go through the
+    general polars form; all three give the same numbers.
+    """
+    df = (frame.collect() if isinstance(frame, pl.LazyFrame) else frame).select(*by, "a", "b", *maxes)
+    if not _sweepable(df, by, maxes):
+        return _union_polars(df.lazy(), by, maxes).collect()
+    out = _sweep(df, by, maxes)
+    if out is None:  # rows not grouped and ordered: sort them (the general case, e.g. after a join)
+        out = _sweep(df.sort([*by, "a"]), by, maxes)
+    return out if out is not None else _union_polars(df.lazy(), by, maxes).collect()
+
+
+def _union_polars(q: pl.LazyFrame, by: Sequence[str], maxes: Sequence[str]) -> pl.LazyFrame:
+    """The general form: one sort on ``(*by, a)``, a running maximum of ``b`` per group, a group-by."""
     return (
         q.sort([*by, "a"])
         .with_columns(pl.col("b").cum_max().shift(1).over(by).alias("covered"))
@@ -202,9 +222,81 @@ def interval_union(q: pl.LazyFrame, by: list[str], *aggs: pl.Expr) -> pl.LazyFra
             .alias("wait_ns"),
             pl.col("a").min().alias("first_ns"),
             pl.col("b").max().alias("last_ns"),
-            *aggs,
+            *(pl.col(m).max() for m in maxes),
         )
     )
+
+
+_SAFE = 1 << 61  # times within ±2^61 ns: differences of two of them fit in int64
+
+
+def _sweepable(df: pl.DataFrame, by: Sequence[str], maxes: Sequence[str]) -> bool:
+    if df.height == 0 or any(df[c].null_count() for c in df.columns):
+        return False
+    if not all(df[c].dtype.is_integer() for c in by) or {df["a"].dtype, df["b"].dtype} != {pl.Int64}:
+        return False
+    if not all(df[m].dtype.is_numeric() for m in maxes):
+        return False
+    if any(df[m].dtype.is_float() and bool(df[m].is_nan().any()) for m in maxes):
+        return False
+    a, b = df["a"].to_numpy(), df["b"].to_numpy()
+    return bool((b >= a).all()) and int(a.min()) > -_SAFE and int(b.max()) < _SAFE
+
+
+def _sweep(df: pl.DataFrame, by: Sequence[str], maxes: Sequence[str]) -> pl.DataFrame | None:
+    """The union per group in one pass when rows come grouped with ``a`` ascending, else None."""
+    n = df.height
+    keys = [df[c].to_numpy() for c in by]
+    a, b = df["a"].to_numpy(), df["b"].to_numpy()
+    same = np.ones(n - 1, dtype=bool)  # row i+1 is in row i's group
+    for k in keys:
+        same &= k[1:] == k[:-1]
+    # Groups are contiguous when the keys are sorted in some key order: check `by` and its reverse
+    # (rank then step, or step then rank, for the collectives).
+    if not (_lex_sorted(keys) or _lex_sorted(keys[::-1])):
+        return None
+    if not (~same | (a[1:] >= a[:-1])).all():
+        return None
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    del same
+    counts = np.diff(np.append(starts, n))
+    first = a[starts]
+    # A running maximum restarted at each group, without a loop: shift group g's values to
+    # [g·S, g·S + S) (S > any b − first start within a group), so no earlier group's maximum reaches
+    # them, then take one running maximum over all rows.
+    width = int((b - np.repeat(first, counts)).max()) + 1
+    if width * starts.size >= _SAFE:
+        return None
+    base = np.arange(starts.size, dtype=np.int64) * width - first  # g·S − first start of g
+    run = np.repeat(base, counts)
+    run += b
+    np.maximum.accumulate(run, out=run)
+    last = run[starts + counts - 1] - base
+    # `covered`: what the group's earlier intervals cover, back in ns. For a group's first row it is
+    # the previous group's shifted maximum minus this group's base: below `first`, so max(a, ·) = a.
+    run[1:] = run[:-1]
+    run[0] = -1  # below every shifted value: the first row's own start counts
+    run -= np.repeat(base, counts)
+    np.maximum(run, a, out=run)
+    np.subtract(b, run, out=run)
+    np.clip(run, 0, None, out=run)
+    wait = np.add.reduceat(run, starts)
+    del run
+    idx = pl.Series(starts)
+    cols = [df[c].gather(idx) for c in by]
+    cols += [pl.Series("wait_ns", wait), pl.Series("first_ns", first), pl.Series("last_ns", last)]
+    cols += [pl.Series(m, np.maximum.reduceat(df[m].to_numpy(), starts), dtype=df[m].dtype) for m in maxes]
+    return pl.DataFrame(cols)
+
+
+def _lex_sorted(keys: list[np.ndarray]) -> bool:
+    """Rows in non-decreasing lexicographic order of ``keys``."""
+    ahead = np.zeros(keys[0].size - 1, dtype=bool)
+    tied = np.ones(keys[0].size - 1, dtype=bool)
+    for k in keys:
+        ahead |= tied & (k[1:] > k[:-1])
+        tied &= k[1:] == k[:-1]
+    return bool((ahead | tied).all())
 
 
 def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
