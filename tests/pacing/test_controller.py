@@ -107,6 +107,24 @@ def test_guard_reverts_when_no_gain_beyond_noise(summaries):
     assert ctl.kept == PacingState()
 
 
+def test_status_counts_a_trial_in_pairs_up_to_the_most_it_can_take(summaries):
+    """A trial that runs on (an estimate favouring the policy, within noise) showed "trial gc 5/4": windows
+    over the minimum pairs. It counts measured pairs over the most a trial can take."""
+    import re
+
+    ctl = Controller(4, PacingConfig(trigger_windows=1))
+    ctl.update(50, summaries(0, step_ms=100, std_ms=30, gc_ms=8, gc_count=3))
+    # ON windows 1% faster, far inside the 30 ms spread: the trial runs on to its most pairs
+    seen = []
+    for w in range(1, 12):
+        trial = ctl.guard.trial
+        t = 99.0 if trial is not None and trial.arm_for(w) == "on" else 100.0
+        ctl.update((w + 1) * 50, summaries(w, step_ms=t, std_ms=30, gc_ms=8, gc_count=3))
+        seen += re.findall(r"trial gc pair (\d+)/(\d+)", ctl.describe())
+    assert max(int(k) for k, _ in seen) == 5
+    assert all(int(k) <= int(m) for k, m in seen), seen
+
+
 def test_straggler_gets_fewer_samples_with_a_reason(summaries):
     ctl = Controller(4, policies=("rebalance",))
     comp = [60.0, 90.0, 60.0, 60.0]

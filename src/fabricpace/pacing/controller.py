@@ -214,7 +214,10 @@ class Controller:
             parts.append("placement proposed")
         t = self.guard.trial
         if t is not None:
-            parts.append(f"trial {t.policy} {len(t.times)}/{2 * self.config.guard_pairs}")
+            # pairs measured of the most a trial can take (it may end earlier; before, windows were
+            # shown over the minimum pairs and read "5/4" once a trial ran on)
+            most = max(self.config.guard_max_pairs, self.config.guard_extend_pairs)
+            parts.append(f"trial {t.policy} pair {t.pair_diffs().size}/{most}")
         return "pacing: " + (", ".join(parts) if parts else "watching")
 
     def reset_transfer_level(self) -> None:
