@@ -77,7 +77,11 @@ def test_gc_noise_is_sync_amplification(lab_runs):
 
 
 def test_throttled_rank_is_a_persistent_straggler_named(lab_runs):
-    d = _diagnose(lab_runs("throttled-rank"))
+    run_dir = lab_runs("throttled-rank")
+    lab = json.loads((run_dir / "lab" / "lab.json").read_text())
+    # the quota did throttle (read before the cgroup is removed; it was read after, always 0)
+    assert lab["throttled_time_ns"] and max(lab["throttled_time_ns"].values()) > 0, lab["throttled_time_ns"]
+    d = _diagnose(run_dir)
     assert "persistent_straggler" in _modes(d), d["findings"] or d["abstained"]
     f = next(f for f in d["findings"] if f["mode"] == "persistent_straggler")
     assert f["culprits"]["ranks"] == [1]

@@ -42,6 +42,8 @@ class _Run:
     helpers: list[subprocess.Popen[str]] = field(default_factory=list)
     cgroups: list[Path] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # cpu.stat throttled_time of each cgroup, read at cleanup (the counters go with the cgroup)
+    throttled_ns: dict[str, int] = field(default_factory=dict)
 
 
 def _free_port() -> int:
@@ -148,6 +150,7 @@ def _cleanup(run: _Run, cfg: LabConfig | None, prefix: str) -> None:
             proc.kill()
             proc.wait()
     for path in run.cgroups:
+        run.throttled_ns[path.name] = cgroup.throttled_time_ns(path)
         with contextlib.suppress(OSError):
             path.rmdir()
     root = cgroup.cgroup_root(prefix)
@@ -266,7 +269,7 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
     }
     lab = {"scenario": sc.model_dump(), "topology": topo, "events": run.events,
            "foreign_on_periods_ns": aligned, "t0_monotonic_ns": t0,
-           "throttled_time_ns": {p.name: cgroup.throttled_time_ns(p) for p in run.cgroups}}
+           "throttled_time_ns": dict(run.throttled_ns)}
     (scratch / "lab.json").write_text(json.dumps(lab, indent=2, default=str))
     if out.is_dir():
         if (out / "lab").exists():
