@@ -83,40 +83,39 @@ class CollectiveStats:
 def _chunk_stats(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Instances (all, with their last arrival) and rank-step waits of a frame of whole instances."""
     keys = ["group", "seq"]
+    t = pl.col("t_enter_ns")
     narrow = c.select(*keys, "rank", "step", "t_enter_ns", "t_exit_ns")
-    # The last arriver is the latest t_enter (ties: the lowest rank); the instance's step is its row's.
-    ordered = narrow.sort(["t_enter_ns", "rank"], descending=[True, False])
-    inst = ordered.group_by(keys).agg(
-        pl.col("step").first(),
+    # Each row with its instance's last arrival and size, from a window: it keeps the rows in their
+    # stored order (grouped by rank-step, t_enter rising), which the wait union below relies on.
+    win = narrow.with_columns(t.max().over(keys).alias("last_enter"), pl.len().over(keys).alias("n"))
+    inst = narrow.group_by(keys).agg(
         pl.len().alias("n"),
-        pl.col("t_enter_ns").max().alias("last_enter"),
-        (pl.col("t_enter_ns").max() - pl.col("t_enter_ns").min()).alias("skew_ns"),
-        (pl.col("t_exit_ns").min() - pl.col("t_enter_ns").max()).clip(lower_bound=0).alias("transfer_ns"),
-        pl.col("rank").first().alias("last_rank"),
+        (t.max() - t.min()).alias("skew_ns"),
+        (pl.col("t_exit_ns").min() - t.max()).clip(lower_bound=0).alias("transfer_ns"),
     )
-    del ordered
+    # The last arriver is the latest t_enter (ties: the lowest rank); the instance's step is its row's.
+    # Only the rows at their instance's last arrival are sorted (about one per instance), not all rows.
+    if narrow["t_enter_ns"].null_count():  # nulls sort first: keep the whole-frame sort's answer
+        last = narrow.sort(["t_enter_ns", "rank"], descending=[True, False])
+    else:
+        last = win.filter(t == pl.col("last_enter")).sort("rank")
+    last = last.group_by(keys).agg(pl.col("step").first(), pl.col("rank").first().alias("last_rank"))
+    inst = inst.join(last, on=keys, how="left", nulls_equal=True).select(
+        pl.col("group").cast(pl.String), "seq", "step", "n", "skew_ns", "transfer_ns", "last_rank"
+    )
+    del last
     # A rank's skew wait in one collective is [t_enter, last arrival]. DDP launches its buckets one
     # after another without waiting, so these intervals overlap: a rank held up 20 ms by a slow peer
     # shows ~20 ms at each of a step's buckets. The time it waited is their union, not their sum
-    # (the sum over 4 buckets read as 139% of the step on the README's ex1 run).
-    # The last arrival comes from a window over the instance, not a join with `inst`: a window keeps
-    # the rows in their stored order (grouped by rank-step, t_enter rising), so the union is one
-    # linear pass instead of a sort of every row (rows with a null key take no part, as in a join).
+    # (the sum over 4 buckets read as 139% of the step on the README's ex1 run). Rows with a null key
+    # belong to no instance and take no part.
     rs = ["rank", "step"]
-    intervals = (
-        narrow.lazy()
-        .filter(pl.col("group").is_not_null() & pl.col("seq").is_not_null())
-        .select(
-            *rs,
-            pl.col("t_enter_ns").alias("a"),
-            pl.col("t_enter_ns").max().over(keys).alias("last_enter"),
-            pl.len().over(keys).alias("n"),
-        )
-        .filter(pl.col("n") >= 2)
-        .select(*rs, "a", pl.max_horizontal("a", "last_enter").alias("b"))
-    )
+    intervals = win.filter(
+        pl.col("group").is_not_null() & pl.col("seq").is_not_null() & (pl.col("n") >= 2)
+    ).select(*rs, t.alias("a"), pl.max_horizontal("t_enter_ns", "last_enter").alias("b"))
+    del win
     waits = interval_union(intervals, rs).rename({"wait_ns": "skew_wait_ns"})
-    return inst.drop("last_enter").with_columns(pl.col("group").cast(pl.String)), waits
+    return inst, waits
 
 
 def collective_stats(
