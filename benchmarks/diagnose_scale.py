@@ -10,7 +10,9 @@ Cases (``--cases``, comma-separated):
   collective rows (target: ≤ 1.5 GB peak RSS, no slower than before);
 * ``synB``: synthetic, ``--ranks`` × ``--steps`` with ``--buckets`` buckets per step;
 * ``paperX``: the paper scenario on ``--nodes`` nodes × ``--steps`` steps (e.g. 64 × 1,200: 123 M rows,
-  more than the old code can hold here — measure it without ``--old-src``).
+  more than the old code can hold here — measure it without ``--old-src``);
+* ``dir:PATH``: an existing run directory (e.g. one whose steps table has no ``wait_ns``, as imported
+  traces: then each rank-step's wait is the union of its collectives' wait intervals).
 
 Each measurement runs in a fresh process, so its peak RSS (ru_maxrss) covers loading and every
 detector. With ``--old-src DIR`` (the ``src`` folder of a checkout of an older commit, e.g.
@@ -148,7 +150,7 @@ def main() -> None:
     versions = [("new", NEW_SRC)] + ([("old", args.old_src.resolve())] if args.old_src else [])
     table: list[tuple[str, int, str, str, dict[str, float], object, bool | None]] = []
     for case in args.cases.split(","):
-        path = makers[case]()
+        path = Path(case[4:]) if case.startswith("dir:") else makers[case]()
         rows = _rows(path)
         runs: dict[str, list[dict[str, object]]] = {v: [] for v, _ in versions}
         for _ in range(args.repeats):  # interleaved, so load from other processes hits both alike
