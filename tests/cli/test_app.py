@@ -99,3 +99,25 @@ def test_version_names_fabricpace_python_and_torch(cli):
     line = r.stdout.strip()
     assert line.startswith(f"fabricpace {fabricpace.__version__} (Python {platform.python_version()}, torch ")
     assert line.count("\n") == 0
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    """typer turns Ctrl-C into an exit code of 130 that came back silently: the user saw nothing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "study"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fabricpace.cli.app", "study", "--scenario", "paper", "--steps", "5000",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "runs").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the study is running (its first run folder exists): the CLI is in charge
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "fabricpace: error: interrupted"

@@ -106,7 +106,10 @@ def main() -> None:
         _fail(130, "interrupted")
     else:
         # Without standalone mode, typer.Exit(n) (`fabricpace run` passes torchrun's exit code) and
-        # --help come back as the return value.
+        # --help come back as the return value. typer turns Ctrl-C into Exit(130), so it lands here too
+        # and would leave silently.
+        if code == 130:
+            _fail(130, "interrupted")
         if isinstance(code, int) and code:
             raise SystemExit(code)
 
