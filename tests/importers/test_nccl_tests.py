@@ -43,3 +43,16 @@ def test_cli_bad_log_one_line_exit_2(cli, tmp_path: Path) -> None:  # type: igno
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "all_reduce.log:" in r.stderr
     assert not out.exists()
+
+
+def test_cli_creates_missing_parent_folders_and_removes_them_on_failure(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`-o runs/x` in a fresh checkout: import refused it ("create it first") while simulate, study and
+    lab run create their --out's parents. A failed import leaves no folder it created behind."""
+    bad = _log(tmp_path / "all_reduce.log", "94.22   22.26", "94.22")
+    r = cli("import", "nccl-tests", str(bad), "-o", str(tmp_path / "runs" / "deep" / "x"))
+    assert r.returncode == 2, r.stderr
+    assert not (tmp_path / "runs").exists()
+    out = tmp_path / "runs" / "deep" / "x"
+    r = cli("import", "nccl-tests", str(_log(tmp_path / "n2_all_reduce.log")), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert load_run(out).world_size == 8

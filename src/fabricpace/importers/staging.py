@@ -19,27 +19,46 @@ from fabricpace.run.destination import check_new_dir
 
 def check_destination(out: str | os.PathLike[str]) -> Path:
     """Refuse an existing non-empty destination (a file, or a folder with anything in it)."""
-    path = check_new_dir(out, option="", what="output directory")
-    if not path.parent.exists():
-        raise InputError(f"{path.parent}: parent folder of the output does not exist; create it first")
-    return path
+    return check_new_dir(out, option="", what="output directory")
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Create the missing folders above ``path`` (as simulate and lab run do for their --out); the ones
+    created, deepest first, so a failed import can take them away again."""
+    missing = [p for p in path.parents if not p.exists()][::-1]
+    for p in missing:
+        try:
+            p.mkdir()
+        except OSError as exc:
+            raise InputError(f"{p}: cannot create the output's folder ({exc.strerror})") from exc
+    return missing[::-1]
 
 
 @contextmanager
 def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary sibling folder of ``out``; on success rename it to ``out``, else delete it."""
+    """Yield a temporary sibling folder of ``out``; on success rename it to ``out``, else delete it
+    (and the parent folders it created)."""
     dest = check_destination(out)
+    created = _make_parents(dest)
     tmp = dest.parent / f".{dest.name}.importing-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    done = False
     try:
+        tmp.mkdir()
         yield tmp
         check_destination(dest)  # someone may have created it meanwhile
         if dest.exists():
             dest.rmdir()  # empty folder: replaced by the finished run
         os.replace(tmp, dest)
+        done = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not done:
+            for p in created:  # deepest first; a folder someone else filled meanwhile stays
+                try:
+                    p.rmdir()
+                except OSError:
+                    break
 
 
 def list_sources(src: str | os.PathLike[str], suffixes: tuple[str, ...], *, what: str) -> list[Path]:
