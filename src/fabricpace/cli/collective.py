@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
             if gpus_per_node is None and len(measured) == 1 and measured[0] < cl.gpus_per_node:
                 # predict the configuration that was measured: a fit to 4 GPUs per node says little
                 # about 8 (the NVLink and rail terms change), and the user compares against such runs
-                gpus_per_node = fit.gpus_per_node[0]
+                gpus_per_node = measured[0]
                 print(
                     f"note: the calibration logs ran {gpus_per_node} GPUs per node and cluster {cl.name!r} "
                     f"has {cl.gpus_per_node}; predicting with {gpus_per_node} per node, as measured "

@@ -34,23 +34,27 @@ def load_pacer(pacing: Any, *, rank: int, world: int, run_dir: Path, window: int
     """The pacer object for ``pacing`` (None when off)."""
     if pacing is None or pacing == "off" or pacing is False:
         return None
-    if isinstance(pacing, str) or (
-        isinstance(pacing, list | tuple) and all(isinstance(p, str) for p in pacing)
-    ):  # "auto", "gc,comm" or ["gc", "rebalance"] (the documented forms); anything else is a pacer object
+    if _policy_spec(pacing) is not None:
         from fabricpace.pacing import make_pacer  # type: ignore[attr-defined]
 
         return make_pacer(pacing, rank=rank, world_size=world, run_dir=run_dir, window=window)
     return pacing
 
 
-def pacing_mode(pacing: Any) -> str:
-    """How the manifest names ``pacing``: the mode string, a policy list joined with commas, or the
-    pacer object's class."""
+def _policy_spec(pacing: Any) -> str | None:
+    """``pacing`` as a mode string when it is one of the documented forms ("auto", "gc,comm",
+    ["gc", "rebalance"]); None for anything else, which is a pacer object."""
     if isinstance(pacing, str):
         return pacing
     if isinstance(pacing, list | tuple) and all(isinstance(p, str) for p in pacing):
         return ",".join(pacing)
-    return type(pacing).__name__
+    return None
+
+
+def pacing_mode(pacing: Any) -> str:
+    """How the manifest names ``pacing``: the mode string, or the pacer object's class."""
+    spec = _policy_spec(pacing)
+    return spec if spec is not None else type(pacing).__name__
 
 
 def equal_share(global_batch: int, rank: int, world: int) -> int:
