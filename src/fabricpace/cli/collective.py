@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
             from fabricpace.fabric.calibrate import calibrate_cluster
 
             logs = [p for item in calibrate for p in item.split(",") if p.strip()]
-            fit = calibrate_cluster(cl, logs)
+            fit = calibrate_cluster(cl, logs, op=op)
             print(fit.summary(), file=sys.stderr)
             for note in fit.notes(cl):
                 print(note, file=sys.stderr)

@@ -22,7 +22,7 @@ same objective), for the side-by-side accuracy table.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +239,8 @@ class Fit:
     node_counts: tuple[int, ...] = ()  # node counts of the calibration rows
     ops: tuple[str, ...] = ()  # collectives of the calibration rows
     gpus_per_node: tuple[int, ...] = ()  # GPUs per node of the calibration rows
+    # what the logs' reading left out or assumed (NcclTestsLog.notes, logs not used); printed first
+    input_notes: tuple[str, ...] = ()
 
     def notes(self, before: Cluster) -> list[str]:
         """Warnings about a fit that points at a cluster file which does not describe the logs' cluster.
@@ -250,7 +252,7 @@ class Fit:
         line rate."""
         nics = f"{before.nics.count} x {before.nics.speed_gbps:g} Gb/s NICs per node"
         where = f"cluster {before.name!r} ({nics})"
-        out = []
+        out = list(self.input_notes)
         for name, (low, usual) in _PLAUSIBLE_EFFICIENCY.items():
             eff = self.params.get(name)
             if name in self.kept or eff is None or eff >= low:
@@ -278,7 +280,13 @@ class Fit:
         )
         if self.kept:
             out += f"; not constrained by these rows, kept from the cluster: {', '.join(self.kept)}"
-        if len(self.node_counts) == 1:
+        if self.node_counts == (1,):
+            out += (
+                "; every row is from 1 node, so no row crosses the network: the network terms keep the "
+                "cluster file's values and predictions across nodes rest on them alone (add logs from 2 and "
+                "4 nodes)"
+            )
+        elif len(self.node_counts) == 1:
             out += (
                 f"; every row is from {self.node_counts[0]} nodes, so predictions at other node counts "
                 "rest on the model's scaling alone (add logs from a second node count, e.g. 2 and 4)"
@@ -329,11 +337,18 @@ def calibrate_cluster(
     *,
     min_bytes: int = 32 << 20,
     max_bytes: int = 8 << 30,
+    op: str | None = None,
 ) -> Fit:
-    """Fit ``cluster``'s tuning to nccl-tests logs; returns the calibrated cluster (source names the logs)."""
+    """Fit ``cluster``'s tuning to nccl-tests logs; returns the calibrated cluster (source names the logs).
+
+    With ``op`` (the collective to be predicted), logs of other collectives are left out when some log is of
+    ``op``: one fit on two collectives is much worse than a fit on each (docs/cluster-files.md). A log
+    given twice (the same file, or the same measurements under another name) counts once. Both are said
+    in ``Fit.input_notes``, with each log's own notes (``NcclTestsLog.notes``)."""
     parsed = [lg if isinstance(lg, NcclTestsLog) else parse_log(lg) for lg in logs]
     if not parsed:
         raise InputError("--calibrate: give at least one nccl-tests log")
+    parsed, notes = _usable_logs(parsed, op)
     for lg in parsed:
         if lg.gpus_per_node is not None and lg.gpus_per_node > cluster.gpus_per_node:
             raise InputError(
@@ -345,7 +360,37 @@ def calibrate_cluster(
                 f"{lg.path}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
             )
     points = points_from_logs(parsed, min_bytes=min_bytes, max_bytes=max_bytes)
-    return calibrate_points(cluster, points, tuple(Path(lg.path).name for lg in parsed))
+    fit = calibrate_points(cluster, points, tuple(Path(lg.path).name for lg in parsed))
+    return replace(fit, input_notes=tuple(notes))
+
+
+def _usable_logs(logs: list[NcclTestsLog], op: str | None) -> tuple[list[NcclTestsLog], list[str]]:
+    """The logs to fit (duplicates and, when ``op`` is given and present, other collectives left out)
+    and notes saying what was left out or assumed."""
+    notes: list[str] = []
+    kept: list[NcclTestsLog] = []
+    seen: dict[tuple, str] = {}
+    for lg in logs:
+        key = (lg.op, lg.nodes, lg.nranks, lg.rows)
+        if key in seen:
+            notes.append(
+                f"note: {Path(lg.path).name}: the same measurements as {seen[key]}; counted once"
+            )
+            continue
+        seen[key] = Path(lg.path).name
+        kept.append(lg)
+    if op is not None and any(lg.op == op for lg in kept):
+        other = [lg for lg in kept if lg.op not in (op, None)]
+        if other:
+            names = ", ".join(f"{Path(lg.path).name} ({lg.op})" for lg in other)
+            notes.append(
+                f"note: left out {names}: predicting {op}, and a fit carries over poorly between collectives "
+                f"(docs/cluster-files.md); give --op {other[0].op} to fit and predict that one"
+            )
+            kept = [lg for lg in kept if lg not in other]
+    for lg in kept:
+        notes += lg.notes()
+    return kept, notes
 
 
 def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> Fit:

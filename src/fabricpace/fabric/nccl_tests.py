@@ -85,6 +85,10 @@ _TYPES = "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3
 _ROW_START = re.compile(r"\d+\s+\d+(?:\s|$)")
 # the redop word is missing where the op name was "" (all_gather/alltoall of several nccl-tests versions)
 _ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+(?:[A-Za-z_]\w*\s+)?-?\d")
+# terminal escape sequences (colour, cursor) that log viewers and `script` captures leave in a file
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# how nccl-tests reports a run that stopped: "HOST: Test NCCL failure common.cu:...", "Test timeout (30s)"
+_FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?(?:failure|timeout)\b.*")
 _BASE = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 
@@ -124,6 +128,45 @@ class NcclTestsLog:
     gpus_per_node: int | None = field(default=None)
     truncated_at: int | None = None
     dropped_rows: int = 0
+    # "-d all" / "-o all": the table held several (type, redop) sweeps; ``rows`` is one of them
+    # (float/sum when present), these are the others, e.g. ("int8/sum", "half/sum")
+    other_sweeps: tuple[str, ...] = ()
+    # rows whose out-of-place block was blank (a fork's -O 0, trace replay): their times are in-place
+    inplace_only_rows: int = 0
+    # a "Test NCCL failure" / "Test timeout" line after the rows: (line, text); the rows before it are kept
+    failed_at: tuple[int, str] | None = None
+
+    def notes(self) -> list[str]:
+        """What a reader of this log should know before fitting to it: rows left out, and why."""
+        name, out = Path(self.path).name, []
+        if self.rows and self.other_sweeps:
+            r = self.rows[0]
+            out.append(
+                f"note: {name}: the table holds {len(self.other_sweeps) + 1} type/op sweeps (-d all / -o "
+                f"all); using the {r.type}/{r.redop} rows, leaving out {', '.join(self.other_sweeps)}"
+            )
+        if self.inplace_only_rows:
+            out.append(
+                f"note: {name}: {self.inplace_only_rows} rows have no out-of-place numbers (-O 0 or trace "
+                "replay); their in-place times are used"
+            )
+        last = _human_bytes(self.rows[-1].size) if self.rows else "-"
+        if self.failed_at is not None:
+            line, text = self.failed_at
+            out.append(
+                f"note: {name}:{line}: the run failed here ({text!r}); using its {len(self.rows)} rows up to "
+                f"{last}; rerun for the larger sizes"
+            )
+        elif self.truncated_at is not None:
+            out.append(
+                f"note: {name}:{self.truncated_at}: the log stops in the middle of this row (the job was "
+                f"killed); using the {len(self.rows)} complete rows up to {last}"
+            )
+        if self.dropped_rows:
+            out.append(
+                f"note: {name}: {self.dropped_rows} rows without a measured time (inf, nan or 0 us) left out"
+            )
+        return out
 
     def sizes(self) -> np.ndarray:
         return np.array([r.size for r in self.rows], dtype=np.int64)
@@ -174,6 +217,13 @@ def _layout(header: str) -> _Layout:
     return replace(lay, extra=extra) if extra else lay
 
 
+def _human_bytes(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return f"{n} B"
+
+
 def _num(text: str) -> float:
     if text.upper() in ("N/A", "NAN", "-NAN", "-"):
         return math.nan
@@ -193,6 +243,12 @@ def _op_from(text: str | None) -> str | None:
         return None
     m = _OP_IN_TEXT.search(text.lower())
     return _OP_ALIASES[m.group(1)] if m else None
+
+
+def _op_from_name(name: str) -> str | None:
+    """The op in a file name, e.g. n4_all_gather.log or allreduce-16n.txt."""
+    key = name.lower().replace("-", "_")
+    return next((_OP_ALIASES[k] for k in sorted(_OP_ALIASES, key=len, reverse=True) if k in key), None)
 
 
 def _nodes_from_name(name: str) -> int | None:
@@ -217,20 +273,28 @@ def _read_lines(p: Path) -> list[str]:
 
 
 def _strip_prefixes(raw: str) -> str:
-    line = raw
+    line = _ANSI.sub("", raw) if "\x1b" in raw else raw
     while (m := _PREFIX.match(line)) is not None and m.end() > 0:
         line = line[m.end() :]
     return line.strip()
 
 
-def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> NcclTestsRow:
-    """One result row laid out as ``lay``; ParseError naming ``file:line`` if it does not fit."""
+def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> tuple[NcclTestsRow, bool]:
+    """One result row laid out as ``lay`` and whether it had in-place numbers only; ParseError naming
+    ``file:line`` if it does not fit."""
     parts = text.split()
     names = lay.names
-    if lay.redop and len(parts) == len(names) - 1 and _is_number(parts[3]):
+    half = 8 if lay.per_iter else 4  # columns of one out-of-place or in-place block
+    if lay.redop and len(parts) in (len(names) - 1, len(names) - 1 - half) and _is_number(parts[3]):
         # the op name was "" (all_gather/alltoall in several nccl-tests versions and forks print it with %6s):
         # the redop column is blank, so the row is one column short; the slot holds root or time, a number
         parts.insert(3, "none")
+    inplace_only = len(parts) == len(names) - half
+    if inplace_only:
+        # the out-of-place block printed as blanks (writeBenchMarkLineNullBody: a fork's -O 0, trace replay):
+        # the in-place block follows the root column; its numbers stand for the row
+        at = lay.out_of_place
+        parts = parts[:at] + parts[at : at + half] + parts[at:]
     if len(parts) != len(names):
         raise ParseError(
             f"{p}:{lineno}: expected {len(names)} columns ({' '.join(names)}), found {len(parts)}; "
@@ -255,7 +319,7 @@ def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> NcclTestsRow:
         raise ParseError(f"{p}:{lineno}: cannot read a number in {text!r}; fix or remove this line") from exc
     if row.size < 0 or row.time_us < 0:
         raise ParseError(f"{p}:{lineno}: negative size or time in {text!r}; fix or remove this line")
-    return row
+    return row, inplace_only
 
 
 def _canonical_op(p: Path, op: str | None) -> str | None:
@@ -291,7 +355,15 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     p = Path(path)
     lines = _read_lines(p)
     found_op = _canonical_op(p, op)
+    first = next((x.strip() for x in lines if x.strip()), "")
+    if not first:
+        raise ParseError(f"{p}: the file is empty; give the stdout of all_reduce_perf / all_gather_perf")
+    if first.startswith("{"):  # nccl-tests -J file.json (2.17+)
+        from fabricpace.fabric.nccl_tests_json import parse_json
+
+        return parse_json(p, "\n".join(lines), op=found_op, nodes=nodes)
     ranks: dict[int, tuple[str, int]] = {}  # rank -> (host, device)
+    rank_lines: dict[int, int] = {}  # rank -> its line
     groups: dict[int, int] = {}  # group (NCCL_TESTS_SPLIT_MASK colour) -> line of its first rank
     layout: _Layout | None = None
     rows: list[NcclTestsRow] = []
@@ -301,6 +373,8 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     last_nccl = 0  # last line that was nccl-tests output (for "the run stopped after line N")
     pending: ParseError | None = None  # a bad row: fatal unless the log stops there (killed mid-row)
     pending_at = 0
+    inplace_only = 0
+    failed_at: tuple[int, str] | None = None
     for lineno, raw in enumerate(lines, start=1):
         line = _strip_prefixes(raw)
         if not line:
@@ -333,6 +407,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                         "'make MPI=1' and rerun"
                     )
                 ranks[rank] = (host, device)
+                rank_lines[rank] = lineno
                 groups.setdefault(int(m.group(2) or 0), lineno)
                 last_nccl = lineno
                 continue
@@ -353,6 +428,9 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                             f"{p}:{lineno}: cannot read the average bus bandwidth in {line!r}"
                         ) from exc
                 continue
+            if header_at is not None and failed_at is None and (m := _FAILURE.search(line)) is not None:
+                failed_at = (lineno, m.group(0).strip())
+                continue
             if layout is not None and (m := _ROW_ANYWHERE.search(line)) is not None:
                 row_text = line[m.start() :]  # a row behind a prefix this parser does not know
             else:
@@ -365,7 +443,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                 )
             continue  # a number-led line of something else before any nccl-tests header
         try:
-            row = _parse_row(p, lineno, row_text, layout)
+            row, no_out_of_place = _parse_row(p, lineno, row_text, layout)
         except ParseError as exc:
             if pending is not None:
                 raise pending from None
@@ -373,6 +451,8 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             continue
         if pending is not None:
             raise pending  # a good row after a bad one: the bad one is not a cut-off end
+        if no_out_of_place:
+            inplace_only += 1
         if math.isfinite(row.time_us) and row.time_us > 0:
             rows.append(row)
         else:
@@ -392,22 +472,25 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                 "rerun nccl-tests with iterations (-n) > 0"
             )
         if header_at is not None or ranks:
+            why = (
+                f"it failed at line {failed_at[0]}: {failed_at[1]!r}" if failed_at is not None
+                else "the test failed or was killed before measuring"
+            )  # fmt: skip
             raise ParseError(
                 f"{p}:{last_nccl}: the run stopped after its header: no result rows follow this line "
-                "(the test failed or was killed before measuring); give the log of a run that completed"
+                f"({why}); give the log of a run that completed"
             )
         raise ParseError(
             f"{p}: no nccl-tests result table found (expected '#  size  count  type  redop ...' and rows); "
             "give the stdout of all_reduce_perf / all_gather_perf"
         )
-    if found_op is None:  # the file name, e.g. n4_all_gather.log or allreduce-16n.txt
-        name = p.name.lower().replace("-", "_")
-        for key in sorted(_OP_ALIASES, key=len, reverse=True):
-            if key in name:
-                found_op = _OP_ALIASES[key]
-                break
+    if found_op is None:
+        found_op = _op_from_name(p.name)
+    rows, others = _one_sweep(rows)
     hosts = tuple(sorted({host for host, _ in ranks.values()}))
     nranks = (max(ranks) + 1) if ranks else None
+    if nodes is None and nranks is not None and len(ranks) == nranks:
+        _check_even(p, ranks, rank_lines)
     if nodes is not None:
         n_nodes: int | None = nodes
     elif nranks is not None and len(ranks) < nranks:
@@ -427,4 +510,39 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
         gpus_per_node=gpn,
         truncated_at=pending_at if pending is not None else None,
         dropped_rows=dropped,
+        other_sweeps=others,
+        inplace_only_rows=inplace_only,
+        failed_at=failed_at,
+    )
+
+
+def _one_sweep(rows: list[NcclTestsRow]) -> tuple[list[NcclTestsRow], tuple[str, ...]]:
+    """The rows of one (type, redop) sweep: all of them when there is one; with ``-d all`` / ``-o all``
+    (one sweep per type and op, back to back in one table) the float/sum sweep, nccl-tests' default, or
+    else the first. Sweeps time different arithmetic (int8 and f8 reductions run slower than float on
+    the same bytes), so mixing them would blur the fit. Returns the rows and the other sweeps' names."""
+    combos = list(dict.fromkeys((r.type, r.redop) for r in rows))
+    if len(combos) <= 1:
+        return rows, ()
+    pick = next((c for c in combos if c[0] == "float" and c[1] in ("sum", "none")), combos[0])
+    others = tuple(f"{t}/{o}" for t, o in combos if (t, o) != pick)
+    return [r for r in rows if (r.type, r.redop) == pick], others
+
+
+def _check_even(p: Path, ranks: dict[int, tuple[str, int]], rank_lines: dict[int, int]) -> None:
+    """Refuse ranks spread unevenly over the hosts (12 on one, 4 on another): the model has one GPU count
+    per node, and such a run's times belong to neither layout."""
+    per_host: dict[str, list[int]] = {}
+    for rank, (host, _) in sorted(ranks.items()):
+        per_host.setdefault(host, []).append(rank)
+    counts = {h: len(r) for h, r in per_host.items()}
+    if len(set(counts.values())) <= 1:
+        return
+    usual = max(set(counts.values()), key=list(counts.values()).count)
+    odd = next(h for h, c in counts.items() if c != usual)
+    spread = ", ".join(f"{h}: {c}" for h, c in counts.items())
+    raise ParseError(
+        f"{p}:{rank_lines[per_host[odd][0]]}: ranks are spread unevenly over the hosts ({spread}); the model "
+        "needs the same GPUs on every node: rerun with as many ranks per node on each (mpirun -N / srun "
+        "--ntasks-per-node)"
     )
