@@ -489,8 +489,17 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     rows, others = _one_sweep(rows)
     hosts = tuple(sorted({host for host, _ in ranks.values()}))
     nranks = (max(ranks) + 1) if ranks else None
-    if nodes is None and nranks is not None and len(ranks) == nranks:
-        _check_even(p, ranks, rank_lines)
+    if nodes is None and nranks is not None:
+        per_node = max(dev for _, dev in ranks.values()) + 1
+        if nranks % per_node:  # the last listed rank is not its node's last GPU: a pasted list cut short
+            host, dev = ranks[nranks - 1]
+            raise ParseError(
+                f"{p}:{rank_lines[nranks - 1]}: the rank list stops at rank {nranks - 1}, device {dev} of "
+                f"host {host}, where hosts run devices 0..{per_node - 1}: it was cut, so the node count is "
+                "unknown; give the complete log (every '#  Rank' line)"
+            )
+        if len(ranks) == nranks:
+            _check_even(p, ranks, rank_lines)
     if nodes is not None:
         n_nodes: int | None = nodes
     elif nranks is not None and len(ranks) < nranks:
@@ -540,7 +549,15 @@ def _check_even(p: Path, ranks: dict[int, tuple[str, int]], rank_lines: dict[int
         return
     usual = max(set(counts.values()), key=list(counts.values()).count)
     odd = next(h for h, c in counts.items() if c != usual)
-    spread = ", ".join(f"{h}: {c}" for h, c in counts.items())
+    last = list(per_host)[-1]  # hosts in rank order
+    if [h for h, c in counts.items() if c != usual] == [last] and counts[last] < usual:
+        # a pasted log whose rank list was cut: the last host lists fewer ranks than every other one
+        raise ParseError(
+            f"{p}:{rank_lines[per_host[last][-1]]}: the rank list stops at rank {per_host[last][-1]}, "
+            f"inside host {last} ({counts[last]} of the {usual} ranks the other hosts list): it was cut, so "
+            "the node count is unknown; give the complete log (every '#  Rank' line)"
+        )
+    spread = ", ".join(f"{h}: {c}" for h, c in list(counts.items())[:4]) + (", ..." * (len(counts) > 4))
     raise ParseError(
         f"{p}:{rank_lines[per_host[odd][0]]}: ranks are spread unevenly over the hosts ({spread}); the model "
         "needs the same GPUs on every node: rerun with as many ranks per node on each (mpirun -N / srun "
