@@ -287,3 +287,27 @@ def test_real_322_log_cut_rank_list_and_failure_after_five_rows(cli):
     assert "using its 5 rows up to 16G" in log.notes()[0]
     r = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", str(R322))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "it was cut" in r.stderr
+
+
+# ---- several runs in one file ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("first", "second"),
+    # two node counts; all_reduce then all_gather
+    [(N2, N4), (N4, DATA / "h200gke_n2_skypilot_all_gather.log")],
+)
+def test_two_runs_in_one_file_split_where_the_message_says(tmp_path, first, second):
+    """Two runs back to back (a sweep script's one output file) stay refused, and the message's commands
+    split the file so that each part reads as its original: the second run's command line and launcher
+    lines go with it. Before: 'split the log at line N' named the '# nThread' line, which left the
+    second run's 'mpirun ... all_reduce_perf' line (its op) in the first part."""
+    text = first.read_text() + second.read_text()
+    with pytest.raises(ParseError) as err:
+        parse_log(write(tmp_path, "both.log", text))
+    split = r"\(head -n (\d+) both\.log > run1\.log; tail -n \+(\d+) both\.log > run2\.log\)"
+    m = re.search(split, str(err.value))
+    assert m is not None, str(err.value)
+    lines = text.splitlines(keepends=True)
+    one = write(tmp_path, "run1_" + first.name, "".join(lines[: int(m[1])]))
+    two = write(tmp_path, "run2_" + second.name, "".join(lines[int(m[2]) - 1 :]))
+    assert summary(parse_log(one)) == summary(parse_log(first))
+    assert summary(parse_log(two)) == summary(parse_log(second))

@@ -331,12 +331,16 @@ def _canonical_op(p: Path, op: str | None) -> str | None:
     return _OP_ALIASES[key]
 
 
-def _second_run(p: Path, lineno: int, first: int, n_rows: int, what: str) -> ParseError:
-    """The error for a second nccl-tests header in one file (see the module docstring)."""
+def _second_run(p: Path, lineno: int, first: int, n_rows: int, what: str, split: int = 0) -> ParseError:
+    """The error for a second nccl-tests header in one file (see the module docstring). ``split``: the
+    first line after the first run's table (its last row or trailer), where the second run's own lines
+    (its command line, launcher output) begin."""
     if n_rows:
+        at = split or lineno
         return ParseError(
             f"{p}:{lineno}: a second nccl-tests run starts here ({what}) after {n_rows} result rows of the "
-            f"first (line {first}); give one run per file: split the log at line {lineno}"
+            f"first (line {first}); give one run per file: split the log at line {at} "
+            f"(head -n {at - 1} {p.name} > run1.log; tail -n +{at} {p.name} > run2.log)"
         )
     return ParseError(
         f"{p}:{lineno}: a second nccl-tests header ({what}; the first is at line {first}) before any "
@@ -375,6 +379,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     pending_at = 0
     inplace_only = 0
     failed_at: tuple[int, str] | None = None
+    table_end = 0  # last line of the table: a row or a trailer line ('# Avg bus bandwidth', ...)
     for lineno, raw in enumerate(lines, start=1):
         line = _strip_prefixes(raw)
         if not line:
@@ -390,12 +395,13 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                     what = (
                         f"'Collective test starting: {m.group(1)}'" if m else "its 'nccl-tests version' line"
                     )
-                    raise _second_run(p, lineno, header_at, len(rows), what)
+                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1)
                 last_nccl = lineno
                 continue
             if _HEADER.search(line):
                 if header_at is not None:
-                    raise _second_run(p, lineno, header_at, len(rows), "its '# nThread' header")
+                    what = "its '# nThread' header"
+                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1)
                 header_at = last_nccl = lineno
                 continue
             if (m := _RANK.search(line)) is not None:
@@ -413,11 +419,16 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                 continue
             if (m := _COLUMNS.search(line)) is not None:
                 if rows:
-                    raise _second_run(p, lineno, header_at or 1, len(rows), "a second column header")
+                    what = "a second column header"
+                    raise _second_run(p, lineno, header_at or 1, len(rows), what, table_end + 1)
                 layout = _layout(line[m.start() :])
                 last_nccl = lineno
                 continue
+            if "Out of bounds values" in line or "Collective test concluded" in line:
+                table_end = lineno
+                continue
             if (m := _AVG.search(line)) is not None:
+                table_end = lineno
                 if pending is not None:
                     raise pending  # the bad row was not the end of the table
                 if m.group(1):
@@ -453,6 +464,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             raise pending  # a good row after a bad one: the bad one is not a cut-off end
         if no_out_of_place:
             inplace_only += 1
+        table_end = lineno
         if math.isfinite(row.time_us) and row.time_us > 0:
             rows.append(row)
         else:
