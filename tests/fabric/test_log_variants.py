@@ -139,6 +139,24 @@ def as_json(lines: list[str], *, out_of_place: bool = True) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def rendered_table(lines: list[str]) -> str:
+    """A log copied from a rendered GitHub page, as in microsoft/mscclpp PR #736 (an rccl-tests run pasted
+    into the description): comment lines start with an escaped '\\#', each row became a markdown table row
+    'a | b | c', with a '-- | -- |' separator line after the first one."""
+    out, first = [], True
+    for x in lines:
+        if x.startswith("#"):
+            out.append("\\" + x)
+        elif is_row(x):
+            out.append(" | ".join(x.split()))
+            if first:
+                out.append(" | ".join(["--"] * len(x.split())))
+                first = False
+        else:
+            out.append(x)
+    return "\n".join(out) + "\n"
+
+
 # ---- parser level ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("how", ["line", "prefix", "comments"])
 def test_ansi_escape_codes_are_not_part_of_the_log(tmp_path, how):
@@ -220,6 +238,12 @@ def test_json_output_file_reads_like_the_log(tmp_path):
     assert inf != text and parse_log(write(tmp_path, "inf.json", inf)).dropped_rows == 1
     with pytest.raises(ParseError, match=r"cut\.json:1:\d+: not valid JSON .* give the run's stdout log"):
         parse_log(write(tmp_path, "cut.json", text[: len(text) // 2]))
+
+
+def test_table_copied_from_a_rendered_page(tmp_path):
+    """Before: 'the run stopped after its header: no result rows follow this line'."""
+    log = parse_log(write(tmp_path, "md.log", rendered_table(lines_of(N4))))
+    assert summary(log) == summary(parse_log(N4))
 
 
 def test_empty_file_says_so(tmp_path):

@@ -17,13 +17,22 @@ in any order: Open MPI 4/5 output tags and timestamps (``[1,0]<stdout>:``,
 (``[0] ``), Slurm ``srun -l`` (`` 0: ``), ``kubectl logs --timestamps`` and CRI log files
 (``2025-06-18T10:00:00.123456789Z [stdout F] ``), SkyPilot/Ray (``(head, rank=0, pid=3808) ``). A prefix
 not in that list still works: header lines are found by their text and result rows by their
-``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends and UTF-16 files
-(Windows PowerShell ``>``) are read.
+``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends, UTF-16 files
+(Windows PowerShell ``>``), terminal escape codes (colour) and tables copied from a rendered page
+(``1024 | 512 | half | ...``) are read. The ``-J`` JSON file of nccl-tests 2.17+ is read by
+``nccl_tests_json``.
+
+Read with a note (``NcclTestsLog.notes``): ``-d all`` / ``-o all`` (one sweep per type / op in one table:
+the float/sum sweep is used), rows whose out-of-place block is blank (a fork's ``-O 0``, trace replay: the
+in-place numbers are used), a run that failed or timed out after some rows (``Test NCCL failure``,
+``Test timeout``: the rows before are used).
 
 What is refused, with ``file:line`` and the fix: a row that starts like a result row but does not parse
 (unless it is the last row of a log that stops there: a job killed mid-row, whose complete rows are kept),
 a second nccl-tests header in one file (two runs back to back, or an nccl-tests built without ``MPI=1``
-where every process ran its own test), ranks split into groups (``NCCL_TESTS_SPLIT_MASK``). Rows whose
+where every process ran its own test; the message gives the line and commands that split it), ranks split
+into groups (``NCCL_TESTS_SPLIT_MASK``), ranks spread unevenly over the hosts, a rank list that stops inside
+a host (a pasted log cut short), an empty file. Rows whose
 out-of-place time is not a positive finite number (``inf``, ``nan``, ``0.00``) are not measurements: they
 are dropped and counted in ``NcclTestsLog.dropped_rows``.
 """
@@ -274,6 +283,8 @@ def _read_lines(p: Path) -> list[str]:
 
 def _strip_prefixes(raw: str) -> str:
     line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    if "|" in line:  # nccl-tests never prints '|': a table copied from a rendered page ('1024 | 512 | half')
+        line = line.replace("|", " ")
     while (m := _PREFIX.match(line)) is not None and m.end() > 0:
         line = line[m.end() :]
     return line.strip()
