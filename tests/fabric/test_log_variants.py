@@ -288,6 +288,10 @@ def test_cli_notes_for_failed_runs_mixed_ops_and_repeated_logs(cli, tmp_path, da
     assert any(twice in x for x in notes), notes
     one = calibrate(cli, data_dir / "h100ib290_n1_g8_all_reduce.log")[1]
     assert "every row is from 1 node, so no row crosses the network" in one
+    small = [x for x in lines_of(N4) if not (is_row(x) and int(x.split()[0]) >= 32 << 20)]
+    r = cli("collective", "--calibrate", str(write(tmp_path, "s.log", "\n".join(small))))
+    assert r.returncode == 2 and "s.log: no rows between 33554432 and 8589934592 bytes (their rows span " \
+        "1048576..16777216 B)" in r.stderr and "-b 32M -e 8G" in r.stderr  # fmt: skip
     r = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", str(write(tmp_path, "empty.log", "")))
     assert r.returncode == 2 and r.stderr.strip().endswith("empty.log: the file is empty; give the stdout of "
                                                            "all_reduce_perf / all_gather_perf")  # fmt: skip

@@ -85,7 +85,12 @@ def points_from_logs(
                 nb.append(r.size)
                 ts.append(r.time_us * 1e-6)
     if not nb:
-        raise InputError(f"no rows between {min_bytes} and {max_bytes} bytes in the calibration logs")
+        sizes = [r.size for log in logs for r in log.rows]
+        span = f"their rows span {min(sizes)}..{max(sizes)} B" if sizes else "they have no rows"
+        raise InputError(
+            f"{', '.join(Path(log.path).name for log in logs)}: no rows between {min_bytes} and {max_bytes} "
+            f"bytes ({span}); the fit uses bandwidth-bound sizes: rerun nccl-tests with -b 32M -e 8G -f 2"
+        )
     return Points(np.array(op), np.array(nodes), np.array(gpn), np.array(nb, dtype=float), np.array(ts))
 
 
