@@ -2,7 +2,8 @@
 
 ``CollectiveWrapper`` replaces the module functions ``torch.distributed.all_reduce``,
 ``all_gather``, ``all_gather_into_tensor``, ``reduce_scatter``, ``reduce_scatter_tensor``,
-``broadcast``, ``all_to_all_single`` and ``barrier`` by thin wrappers that stamp arrival and
+``broadcast``, ``all_to_all_single``, ``barrier``, ``all_gather_single`` and ``reduce_scatter_single``
+(the last two where this torch has them: FSDP2 uses them) by thin wrappers that stamp arrival and
 completion, and restores the originals on ``uninstall``. Code that calls them through the module
 (``dist.all_reduce(...)``) is seen; code holding a direct reference from before ``install`` is not.
 Synchronous calls complete on return; ``async_op=True`` calls complete in the work future's
@@ -24,6 +25,10 @@ WRAPPED = (
     "broadcast",
     "all_to_all_single",
     "barrier",
+    # torch >= 2.10's single-tensor forms: FSDP2 (fully_shard) issues its parameter all-gathers and
+    # gradient reduce-scatters through these, not through the *_tensor names (torch 2.13).
+    "all_gather_single",
+    "reduce_scatter_single",
 )
 
 

@@ -12,6 +12,49 @@ from typing import Any
 from fabricpace.observe._guard import LOG
 
 
+def unwrap(model: Any) -> Any:
+    """The module ``torch.compile`` compiled (an ``OptimizedModule`` keeps it as ``_orig_mod``): for
+    ``torch.compile(DDP(net))`` the DDP module, whose reducer and parameters are the real ones."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if inner is not None and hasattr(inner, "parameters") else model
+
+
+def model_kind(model: Any) -> str:
+    """"ddp" (a DistributedDataParallel module), "fsdp2" (a ``fully_shard`` module) or "other"."""
+    if getattr(model, "reducer", None) is not None and hasattr(model, "module"):
+        return "ddp"
+    try:
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(model, FSDPModule):
+            return "fsdp2"
+    except Exception:  # an older torch without FSDP2
+        pass
+    return "other"
+
+
+def explain_model(obs: Any, model: Any, kind: str, wrap_collectives: bool, comm_hook: Any) -> bool:
+    """A model that is not DDP: say once what is recorded instead; returns ``wrap_collectives``.
+
+    FSDP2 reduces through plain torch.distributed collectives (all_gather_single,
+    reduce_scatter_single), so its collectives are recorded through the collective wrapper, switched
+    on here. Any other module has no buckets to watch: steps are recorded, collectives only with
+    ``wrap_collectives=True`` or ``obs.collective``."""
+    name = type(model).__name__
+    if kind == "fsdp2":
+        if not wrap_collectives and obs.rank == 0:
+            LOG.info("fabricpace observer: %s is an FSDP2 (fully_shard) module; recording its collectives "
+                     "(wrap_collectives=True)", name)
+        wrap_collectives = True
+    else:  # logged once by the guard, and named in the manifest's observer_failures
+        hint = "" if wrap_collectives else " (wrap_collectives=True records torch.distributed collectives)"
+        obs.guard.fail("ddp probe", f"model is a {name}, not DistributedDataParallel: no DDP bucket rows, "
+                       f"steps are recorded{hint}")
+    if comm_hook is not None:
+        obs.guard.fail("comm hook", f"comm_hook needs a DistributedDataParallel model (got {name})")
+    return wrap_collectives
+
+
 def instrument_ddp(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None, pacing: Any) -> None:
     """Observe DDP's buckets through a comm hook or hook-free (``ddp_probe``); see config."""
     from fabricpace.observe.collectives import group_name

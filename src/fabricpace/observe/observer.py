@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricpace.observe import align, chunks, ddp_instrument, locality, startup, windows
+from fabricpace.observe import align, chunks, ddp_instrument, gather_wait, locality, startup, windows
 from fabricpace.observe._guard import Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
@@ -274,7 +274,13 @@ class Observer:
             self.guard.fail("pacing", exc)
         gc.callbacks.append(self._on_gc)
         if model is not None:
-            ddp_instrument.instrument_ddp(self, model, comm_hook, pacing)
+            model = ddp_instrument.unwrap(model)
+            kind = ddp_instrument.model_kind(model)
+            if kind == "ddp":
+                ddp_instrument.instrument_ddp(self, model, comm_hook, pacing)
+            else:
+                wrap_collectives = ddp_instrument.explain_model(self, model, kind, wrap_collectives,
+                                                                comm_hook)
         if wrap_collectives:
             from fabricpace.observe.collectives import CollectiveWrapper
 
@@ -540,7 +546,16 @@ class Observer:
             return
         work, out, _ = pending
         try:
-            work.wait()
+            # Not a plain work.wait(): a peer that stopped observing (DDP Join's uneven inputs, an
+            # early close) never joins, and the wait would hold training for gather_timeout_s.
+            gone = gather_wait.wait_gather(work, self.channel if self.distributed else None,
+                                           self._windows_closed - 1, self.config.gather_timeout_s)
+            if gone is not None:
+                # Every remaining rank gives up at this same gather (none can complete it), so pacing
+                # goes off at the same step everywhere and the ranks' decisions still agree.
+                self.guard.fail("gather", gone)
+                self.pacer.drop("window summaries stopped: " + gone)
+                return
             matrix = out.numpy()  # (world × length): summary fields, arrival block, pacer-failed flag
             summaries = windows.cross_rank(matrix[:, :-2], self.config.arrival_slots)
         except Exception as exc:
@@ -643,9 +658,14 @@ class Observer:
             return
         # The Store call runs in a helper thread, bounded by close_timeout_s: a frozen Store (its
         # host stopped, not dead) must not hold the user's process at exit.
-        channel, key = self.channel, f"closed/{self.rank}"
-        told = bounded(lambda: channel.set(key, "error" if reason else "1"), self.config.close_timeout_s,
-                       self.guard, channel)
+        channel, key, sent = self.channel, f"closed/{self.rank}", self._windows_closed
+
+        def tell() -> None:
+            if self.distributed:  # peers waiting in a gather this rank will never join stop waiting
+                gather_wait.mark_left(channel, sent)
+            channel.set(key, "error" if reason else "1")
+
+        told = bounded(tell, self.config.close_timeout_s, self.guard, channel)
         if self.rank == 0:
             try:
                 finish_rank0(self, reason, wait=told and reason is None)

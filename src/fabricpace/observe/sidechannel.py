@@ -73,6 +73,16 @@ class SideChannel:
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
         self.store.wait([self.prefix + key], timeout)
 
+    def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to the counter ``key`` (created at 0) and return its new value; ``amount``
+        0 reads it without waiting for the key to exist."""
+        if self.store is None:
+            value = int(self._local.get(key, b"0")) + amount
+            self._local[key] = str(value).encode()
+            return value
+        self._check()
+        return int(self.store.add(self.prefix + key, amount))
+
     def delete(self, key: str) -> None:
         """Remove a key that is no longer needed (a Store keeps every key for the job's lifetime)."""
         if self.store is None:
