@@ -339,3 +339,23 @@ def test_two_runs_in_one_file_split_where_the_message_says(tmp_path, first, seco
     two = write(tmp_path, "run2_" + second.name, "".join(lines[int(m[2]) - 1 :]))
     assert summary(parse_log(one)) == summary(parse_log(first))
     assert summary(parse_log(two)) == summary(parse_log(second))
+
+
+def test_real_multi_run_file_splits_where_the_message_says(cli, tmp_path):
+    """A real file with several runs (xxrjun/nccl-tests-cluster, data/README.md): all_reduce then all_gather
+    on 10 H100 nodes, one GPU each, nccl-tests 2.17.8. Refused through the CLI in one line; the parts the
+    message names read as one run each (Before: the split line was the second run's version line, 38)."""
+    real = DATA / "h100xx_n10_g1_multi_run.log"
+    r = cli("collective", "--calibrate", str(real))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "multi_run.log:38: a second nccl-tests run starts here" in r.stderr
+    assert "split the log at line 36 (head -n 35 h100xx_n10_g1_multi_run.log > run1.log; tail" in r.stderr
+    lines = real.read_text().splitlines(keepends=True)
+    one = parse_log(write(tmp_path, "run1.log", "".join(lines[:35])))
+    two = parse_log(write(tmp_path, "run2.log", "".join(lines[35:])))
+    assert (one.op, one.nodes, one.gpus_per_node, len(one.rows), one.rows[-1].time_us) == (
+        "all_reduce", 10, 1, 10, 632480
+    )
+    assert (two.op, two.nodes, len(two.rows), two.rows[0].size, two.avg_busbw) == (
+        "all_gather", 10, 10, 33554400, 46.7949
+    )
