@@ -206,8 +206,11 @@ def test_run_that_failed_mid_table_keeps_its_rows_and_says_where(tmp_path):
     assert "Test NCCL failure common.cu:1005" in log.notes()[0] and "9 rows up to 256M" in log.notes()[0]
     timeout = failed_after(lines_of(N4), 3, "0666a154: Test timeout (30s) common.cu:344")
     assert "Test timeout (30s)" in parse_log(write(tmp_path, "t.log", timeout)).notes()[0]
+    skipped = failed_after(lines_of(N4), 0, "# TEST SKIPPED: Device API is not supported on this system")
+    with pytest.raises(ParseError, match=r"s\.log:\d+: the run stopped .*\(line \d+: 'TEST SKIPPED: Device"):
+        parse_log(write(tmp_path, "s.log", skipped))
     before_rows = failed_after(lines_of(N4), 0, fail)
-    with pytest.raises(ParseError, match=r"b\.log:\d+: the run stopped after its header.*it failed at line"):
+    with pytest.raises(ParseError, match=r"b\.log:\d+: the run stopped after its header.*\(line \d+: .Test"):
         parse_log(write(tmp_path, "b.log", before_rows))
 
 

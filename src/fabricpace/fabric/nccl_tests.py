@@ -96,8 +96,9 @@ _ROW_START = re.compile(r"\d+\s+\d+(?:\s|$)")
 _ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+(?:[A-Za-z_]\w*\s+)?-?\d")
 # terminal escape sequences (colour, cursor) that log viewers and `script` captures leave in a file
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-# how nccl-tests reports a run that stopped: "HOST: Test NCCL failure common.cu:...", "Test timeout (30s)"
-_FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?(?:failure|timeout)\b.*")
+# how nccl-tests reports a run that stopped: "HOST: Test NCCL failure common.cu:...", "Test timeout (30s)",
+# "# TEST SKIPPED: <reason>" (2.28+: e.g. a device API the system lacks)
+_FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?(?:failure|timeout)\b.*|\bTEST SKIPPED\b.*")
 _BASE = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 
@@ -496,7 +497,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             )
         if header_at is not None or ranks:
             why = (
-                f"it failed at line {failed_at[0]}: {failed_at[1]!r}" if failed_at is not None
+                f"line {failed_at[0]}: {failed_at[1]!r}" if failed_at is not None
                 else "the test failed or was killed before measuring"
             )  # fmt: skip
             raise ParseError(
