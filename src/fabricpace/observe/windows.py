@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace.observe.recorder import Colls, RoundsBlock, tail_parts
-from fabricpace.run.window import WINDOW_FIELDS, WindowSummary
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
 
 NF = len(WINDOW_FIELDS)
 _F = {name: i for i, name in enumerate(WINDOW_FIELDS)}
@@ -98,6 +98,10 @@ def _stats_rows(rows: list[Any]) -> list[float]:
     vals[_F["gc_count"]] = float(sum(cols[_GCC]))
     vals[_F["paced_mean_ns"]] = sum(cols[_PACED]) / n
     vals[_F["samples_mean"]] = sum(cols[_SAMPLES]) / n
+    k = tail_steps(n)  # the window's last k steps: is a straggler still slow at its end?
+    tail = sorted(cols[_COMPUTE][n - k :])
+    vals[_F["tail_compute_median_ns"]] = (tail[(k - 1) // 2] + tail[k // 2]) * 0.5
+    vals[_F["tail_samples_mean"]] = sum(cols[_SAMPLES][n - k :]) / k
     return vals
 
 
@@ -129,6 +133,9 @@ def _stats_array(s: np.ndarray) -> list[float]:
     vals[_F["gc_count"]] = sums[_GCC]
     vals[_F["paced_mean_ns"]] = sums[_PACED] / n
     vals[_F["samples_mean"]] = sums[_SAMPLES] / n
+    k = tail_steps(n)
+    vals[_F["tail_compute_median_ns"]] = float(np.median(s[n - k :, _COMPUTE]))
+    vals[_F["tail_samples_mean"]] = float(s[n - k :, _SAMPLES].mean())
     return vals
 
 

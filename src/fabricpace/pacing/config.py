@@ -75,10 +75,18 @@ class PacingConfig:
     # time, with the ranks that would give up samples last in `straggler_last_share` (e.g. the
     # straggler recovered and the ranks that took its samples now hold everyone up).
     rebalance_clear_gain: float = 0.06
+    # A kept move whose relieved ranks are below this excess per sample in the window's last steps
+    # (``WindowSummary.tail_*``) has nothing left to relieve (its straggler recovered): equal shares
+    # again, at once. Half the trigger, so one noisy tail of a straggler just above the trigger does
+    # not undo its move. 0 = off.
+    straggler_tail_gone_excess: float = 0.025
     # Adjust shares only when the predicted compute-critical-path saving is at least this large.
     rebalance_min_gain: float = 0.03
     # Move at most this fraction of the gap to the speed-proportional shares per window (damping).
     rebalance_step: float = 0.8
+    # The same for a first move tried on one window's evidence (a straggler clear within the window):
+    # what the move costs when the straggler is gone by the next window scales with it.
+    rebalance_clear_step: float = 0.8
     # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
     rebalance_min_share: float = 0.25
 
@@ -150,8 +158,12 @@ class PacingConfig:
             raise ConfigError("PacingConfig.guard_extend_pairs: must be >= guard_max_pairs")
         if self.guard_pairs < 1 or self.guard_max_pairs < self.guard_pairs:
             raise ConfigError("PacingConfig.guard_pairs: need 1 <= guard_pairs <= guard_max_pairs")
-        if not 0 < self.rebalance_step <= 1 or not 0 < self.rebalance_min_share <= 1:
-            raise ConfigError("PacingConfig.rebalance_step/min_share: must lie in (0, 1]")
+        if (
+            not 0 < self.rebalance_step <= 1
+            or not 0 < self.rebalance_clear_step <= 1
+            or not 0 < self.rebalance_min_share <= 1
+        ):
+            raise ConfigError("PacingConfig.rebalance_step/clear_step/min_share: must lie in (0, 1]")
         if self.comm_window_init < 1 or self.comm_window_max < self.comm_window_init:
             raise ConfigError("PacingConfig.comm_window_init: need 1 <= comm_window_init <= comm_window_max")
 

@@ -50,6 +50,9 @@ class Fleet:
     gc_per_step: float  # automatic collections per rank and step (median over ranks)
     gc_ranks: float  # share of the ranks that collected at least once in the window
     fixed: float = 0.0  # per-step compute that does not scale with samples (ns; 0 = not known)
+    # compute per sample over the window's last steps (as ``cps``), or None when a rank did not send it
+    tail_cps: np.ndarray | None = None
+    tail_samples: np.ndarray | None = None  # mean samples per step over those steps
 
 
 def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
@@ -77,6 +80,8 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         cps = np.where(col["compute_per_sample_ns"] > 0, col["compute_per_sample_ns"], fallback)
         if fixed > 0:  # ranks run different sample counts: per-sample cost without the fixed part
             cps = np.where(samples > 0, (col["compute_median_ns"] - fixed) / samples, cps)
+        tail_c, tail_n = col["tail_compute_median_ns"], col["tail_samples_mean"]
+        tail_cps = (tail_c - fixed) / tail_n if bool(np.all((tail_c > 0) & (tail_n > 0))) else None
         colls = col["collectives"]
         last = np.where(colls > 0, col["last_arrivals"] / np.maximum(colls, 1.0), 0.0)
     safe = step if step > 0 else float("nan")
@@ -97,6 +102,8 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         gc_per_step=float(np.median(col["gc_count"])) / steps,
         gc_ranks=float(np.mean(col["gc_count"] > 0)),
         fixed=fixed,
+        tail_cps=tail_cps if tail_cps is not None and bool(np.all(np.isfinite(tail_cps))) else None,
+        tail_samples=col["tail_samples_mean"],
     )
 
 
@@ -182,6 +189,7 @@ class Controller:
                 self._untreated.append((self.state, fleet.step_time))
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
+                self._undo_recovered(step, fleet, out)
                 self._propose(step, fleet, out)
         # Armed only when the trigger held for two windows (what starts a comm trial): a single noisy
         # window on a busy host would otherwise make a healthy run pay a Python comm hook for good.
@@ -370,6 +378,56 @@ class Controller:
             "persist for two windows before a move is tried"
         )
 
+    def _still_slow(self, fleet: Fleet, slow: np.ndarray) -> bool:
+        """Whether the slow group is still slow per sample in the window's last steps (the tail's
+        excess over the tail's median at least ``straggler_compute_excess`` for each of them); True
+        when the tail is not known."""
+        if fleet.tail_cps is None or slow.size == 0:
+            return True
+        tail = fleet.tail_cps
+        med = float(np.median(tail))
+        if not (np.isfinite(med) and med > 0):
+            return True
+        return bool(np.all(tail[slow] / med - 1.0 >= self.config.straggler_compute_excess))
+
+    def _undo_recovered(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
+        """A kept move is kept because its straggler was slow. Once the ranks it relieved are no longer
+        slow, the move only loads the others (often by less than the 3% a further move must predict, so
+        no candidate would ever undo it): back to equal shares, the state without rebalance, at once —
+        also right after the window that kept it. A straggler that comes back triggers a new move."""
+        k = self.kept
+        if k.shares is None:
+            return
+        why = self._recovered(fleet, np.asarray(k.shares, dtype=np.float64))
+        if why is not None:
+            self.kept = replace(k, shares=None)
+            self._decide(out, step, "rebalance", "adjust", 1.0, why)
+
+    def _recovered(self, fleet: Fleet, shares: np.ndarray) -> str | None:
+        """Why a kept move has nothing left to relieve, or None: the ranks it took samples from (at least
+        half as many as the largest giver, below an equal share) are no longer slow per sample in the
+        window's last steps — their median excess over the tail's median below
+        ``straggler_tail_gone_excess`` (half the trigger, so one noisy tail of a straggler just above the
+        trigger does not undo its move). None when the tail is not known or the check is off."""
+        gone = self.config.straggler_tail_gone_excess
+        if gone <= 0 or fleet.tail_cps is None:
+            return None
+        # The ranks the move was made for: those that gave at least half as much as the largest giver
+        # (a later small adjustment can leave ranks a hair below equal; they are not its stragglers).
+        gave = 1.0 / self.world_size - shares
+        donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
+        med = float(np.median(fleet.tail_cps))
+        if donors.size == 0 or not (np.isfinite(med) and med > 0):
+            return None
+        now = float(np.median(fleet.tail_cps[donors])) / med - 1.0
+        if now >= gone:
+            return None
+        who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {_fmt_ranks(donors)}"
+        return (
+            f"{who} no longer slower per sample in the window's last steps ({now * 100:+.0f}% vs median): "
+            "the move has nothing left to relieve, equal shares again"
+        )
+
     def _maintain(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         c, k = self.config, self.kept
         if k.gc_interval is not None and self._gc_rss_ref and fleet.rss > 0:
@@ -412,7 +470,9 @@ class Controller:
                     f"{k.comm_window} -> {new_w}",
                 )
 
-    def _rebalance_target(self, fleet: Fleet, cur: np.ndarray) -> tuple[np.ndarray, float]:
+    def _rebalance_target(
+        self, fleet: Fleet, cur: np.ndarray, step: float | None = None
+    ) -> tuple[np.ndarray, float]:
         """Damped step toward speed-proportional shares and its predicted step-time saving.
 
         The saving is predicted for the integer sample counts the shares round to (the rounding every
@@ -432,8 +492,9 @@ class Controller:
                 counts = new * float(fleet.samples.sum())
             return new, (now - float((fleet.fixed + fleet.cps * counts).max())) / fleet.step_time
 
-        new, gain = predict(c.rebalance_step)
-        if gain < c.rebalance_min_gain and c.rebalance_step < 1.0:
+        damping = c.rebalance_step if step is None else step
+        new, gain = predict(damping)
+        if gain < c.rebalance_min_gain and damping < 1.0:
             # The damped move can round to no move at all: with kept shares after a straggler
             # recovered, the ranks that took its samples keep their extra sample until the shares
             # are back in full — so the whole move is a candidate when the damped one saves nothing.
@@ -496,7 +557,8 @@ class Controller:
             last = float(fleet.last_share[slow].sum()) if slow.size else 0.0
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
-                new, gain = self._rebalance_target(fleet, np.full(self.world_size, 1.0 / self.world_size))
+                equal_now = np.full(self.world_size, 1.0 / self.world_size)
+                new, gain = self._rebalance_target(fleet, equal_now)
                 # The same slow group in consecutive windows: a persistent straggler; or one so clear
                 # within this window (slow in most of its steps, by far) that waiting only costs.
                 clear = (
@@ -504,8 +566,18 @@ class Controller:
                     and float(excess[slow].min()) >= c.straggler_clear_excess
                     and (not fleet.has_arrivals or last >= c.straggler_clear_last_share)
                 )
-                if gain >= c.rebalance_min_gain:
-                    ok = persistent(f"rebalance:{_fmt_ranks(slow)}") or clear
+                # Still slow at the end of the window? A straggler that recovered inside it is slow in
+                # the window's median but not in its last steps: moving samples now would run the move
+                # after the straggler is gone (the trigger still counts toward persistence).
+                fired = gain >= c.rebalance_min_gain and persistent(f"rebalance:{_fmt_ranks(slow)}")
+                if gain >= c.rebalance_min_gain and self._still_slow(fleet, slow):
+                    ok = fired or clear
+                    if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
+                        # One window's evidence only: a smaller first move (what it costs if the
+                        # straggler is gone by the next window scales with it).
+                        part, part_gain = self._rebalance_target(fleet, equal_now, c.rebalance_clear_step)
+                        if part_gain >= c.rebalance_min_gain:
+                            new, gain = part, part_gain
                     r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
                     who = f"rank {r}" if slow.size == 1 else f"ranks {_fmt_ranks(slow)}"

@@ -42,6 +42,12 @@ class WindowSummary:
     # Id of the leaf switch above this rank's node (a stable hash of its name, -1 = unknown): ranks with
     # equal ids share a leaf, which is all the placement policy needs to know.
     leaf: float = -1.0
+    # Added for transient stragglers: the median compute per step and the mean samples per step over
+    # the window's last ``tail_steps(steps)`` steps. A straggler that recovered inside the window is
+    # slow in the window's median but no longer in its tail; the controller then waits for a second
+    # window before moving samples. 0 = not measured (a sender without these fields): ignored.
+    tail_compute_median_ns: float = 0.0
+    tail_samples_mean: float = 0.0
 
     def to_array(self) -> np.ndarray:
         # The instance dict holds the fields in declaration order (the dataclass __init__ sets them
@@ -57,6 +63,13 @@ class WindowSummary:
         for n in ("rank", "window", "first_step", "steps"):
             kwargs[n] = int(kwargs[n])
         return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def tail_steps(steps: int) -> int:
+    """How many of a window's last steps make its tail: a fifth of the window (the most recent part,
+    which predicts the next window best), at least 5 steps (a median of fewer is mostly jitter), never
+    more than the window."""
+    return max(0, min(int(steps), max(5, -(-int(steps) // 5))))
 
 
 WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))

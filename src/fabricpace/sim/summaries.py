@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WindowSummary, tail_steps
 from fabricpace.sim.engine import BlockResult
 
 _NS = 1e9
@@ -43,6 +43,9 @@ def window_summaries(blocks: Sequence[BlockResult], *, window_index: int) -> lis
         "paced_mean_ns": cat("paced").mean(axis=0) * _NS,
         "samples_mean": samples.mean(axis=0),
         "rss_bytes": blocks[-1].rss_mb * 1024 * 1024,
+        # the window's last steps, as the observer computes them (is a straggler still slow at the end?)
+        "tail_compute_median_ns": np.median(compute[S - tail_steps(S) :], axis=0),
+        "tail_samples_mean": samples[S - tail_steps(S) :].mean(axis=0),
     }
     first = int(blocks[0].steps[0])
     return [
