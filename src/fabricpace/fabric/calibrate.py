@@ -356,9 +356,13 @@ def calibrate_cluster(
     parsed, notes = _usable_logs(parsed, op)
     for lg in parsed:
         if lg.gpus_per_node is not None and lg.gpus_per_node > cluster.gpus_per_node:
+            hosts = (
+                f" (its {lg.nranks} ranks are on {len(lg.hosts)} host name(s): if several nodes share a host "
+                "name, as containers can, the node count cannot be told)" if lg.hosts else ""
+            )  # fmt: skip
             raise InputError(
                 f"{lg.path}: {lg.gpus_per_node} GPUs per node, but cluster {cluster.name!r} has "
-                f"{cluster.gpus_per_node}; use a matching cluster file"
+                f"{cluster.gpus_per_node}; use a matching cluster file{hosts}"
             )
         if lg.nodes is not None and lg.nodes > cluster.nodes:
             raise InputError(
