@@ -366,7 +366,8 @@ def test_real_multi_run_file_splits_where_the_message_says(cli, tmp_path):
 
 def test_nodes_sharing_one_host_name_are_named_in_the_message(cli, tmp_path):
     """Every rank line on one host name (containers named alike): 16 ranks read as one 16-GPU node. The
-    refusal now says why the GPU count may be wrong. Before: only '16 GPUs per node, but cluster ... has 8'."""
+    refusal now says why the GPU count may be wrong. Before: only '16 GPUs per node, but cluster ... has
+    8'."""
     same = [re.sub(r"on\s+\S+\s+device", "on localhost device", x) for x in lines_of(N2)]
     r = cli("collective", "--calibrate", str(write(tmp_path, "h_all_reduce.log", "\n".join(same))))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
