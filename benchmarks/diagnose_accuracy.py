@@ -104,6 +104,18 @@ SYNTH: list[tuple[str, dict[str, Any], set[str], Check]] = [
         _culprit("persistent_straggler", ranks=[7]),
     ),
     (
+        "rare long pauses on rank 5 (1 step in 10; slowest in ~21% of 8 ranks' steps)",
+        dict(ranks=8, steps=400, gc_ranks=(5,), gc_prob=0.1, gc_ms=80, jitter=0.03),
+        {"persistent_straggler"},
+        _culprit("persistent_straggler", ranks=[5]),
+    ),
+    (
+        "rare long pauses on every rank (1 step in 50; no culprit)",
+        dict(steps=400, gc_prob=0.02, gc_ms=200, jitter=0.03),
+        {"sync_amplification"},
+        _culprit("sync_amplification", ranks=[]),
+    ),
+    (
         "GC noise",
         dict(gc_prob=0.1, gc_ms=30),
         {"sync_amplification"},

@@ -35,6 +35,9 @@ class DiagnoseConfig:
     # ... or one rank that is the slowest far more often than 1/N, and costs a material amount.
     straggler_last_z: float = 4.5  # binomial z of the last-arriver count against 1/N
     straggler_min_saving: float = 0.02  # what-if saving (this rank alone; all culprits for the finding)
+    # ... or one rank whose *mean* excess (pauses included) is far above the other ranks' (z against its
+    # own spread): rare long pauses that make it the slowest in too few steps for the binomial test.
+    straggler_mean_z: float = 5.0
 
     # topology contention: transfer time above what the fabric delivered (or should deliver).
     contention_min_share: float = 0.05  # exposed excess transfer, share of step time

@@ -1,0 +1,77 @@
+"""Diagnoses that real gloo ranks showed wrong (session 9, benchmarks/diagnose_real.py), pinned on run
+directories recorded from those real runs (4 ranks on this 2-core machine, 240 steps, observer on;
+compacted to manifest, ranks, steps and collectives) and on synthetic twins with exact faults.
+
+Recorded runs (``data/real``): ``pause-rank3`` — rank 3 slept 40 ms every 3–9 steps (a host pause);
+``healthy`` — nothing injected (4 ranks on 2 shared cores: the run-queue skew measured beside it was
+~20% of step time, so a sync_amplification finding there is the machine's truth, not an error).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fabricpace.diagnose import diagnose
+
+DATA = Path(__file__).parent / "data" / "real"
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A writable copy of a recorded run (the CLI writes diagnosis.json into it)."""
+
+    def copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(DATA / name, dst)
+        return dst
+
+    return copy
+
+
+def _modes(d) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
+    return {f.mode: f.culprits.ranks for f in d.findings}
+
+
+def test_real_host_pauses_on_one_rank_name_that_rank(recorded, cli):
+    # Until session 9 this run read "sync_amplification, no culprit" (33% of step time): rank 3 was the
+    # slowest in only 43% of steps, below the 2/N count the intermittent rule asked for, although
+    # replacing it alone by its peers saves ~21%. Through the real CLI, as a user runs it.
+    import json
+
+    run = recorded("pause-rank3")
+    r = cli("diagnose", str(run), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    found = {f["mode"]: f for f in d["findings"]}
+    assert "persistent_straggler" in found, d["findings"]
+    f = found["persistent_straggler"]
+    assert f["culprits"]["ranks"] == [3]
+    assert f["evidence"]["cause"] == "slower own compute"  # a sleep outside the data phase
+    assert f["what_if_saving_pct"] > 10
+
+
+def test_real_healthy_run_names_no_rank():
+    d = diagnose([DATA / "healthy"])
+    named = {m: r for m, r in _modes(d).items() if m != "sync_amplification"}
+    assert named == {}, [f.to_dict() for f in d.findings]
+    assert all(not f.culprits.ranks for f in d.findings)
+
+
+def test_rare_long_pauses_on_one_rank_are_a_straggler(synth):
+    # 1 step in 10 rank 5 pauses ~80 ms (a whole step): the slowest in ~21% of 8 ranks' steps (2/N =
+    # 25%), so only its mean excess — not its last-arriver count — shows it. Before: sync_amplification.
+    run = synth("rare-pauses-r5", ranks=8, steps=400, gc_ranks=(5,), gc_prob=0.1, gc_ms=80, jitter=0.03)
+    d = diagnose([run])
+    assert _modes(d).get("persistent_straggler") == [5], [f.to_dict() for f in d.findings]
+    assert "sync_amplification" not in _modes(d)
+
+
+def test_rare_long_pauses_on_every_rank_stay_sync_amplification(synth):
+    # The same heavy tail on all ranks: nobody's mean stands out, no culprit (mean-excess route guard).
+    run = synth("rare-pauses-all", ranks=16, steps=400, gc_prob=0.02, gc_ms=200, jitter=0.03)
+    d = diagnose([run])
+    assert set(_modes(d)) == {"sync_amplification"}, [f.to_dict() for f in d.findings]
+    assert _modes(d)["sync_amplification"] == []
