@@ -373,3 +373,25 @@ def test_nodes_sharing_one_host_name_are_named_in_the_message(cli, tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "16 GPUs per node, but cluster 'dgx-h100-ib' has 8" in r.stderr
     assert "its 16 ranks are on 1 host name(s): if several nodes share a host name" in r.stderr
+
+
+def test_compressed_logs_and_a_folder(tmp_path):
+    """Archived job logs (.log.gz, .bz2, .xz) read as their text; a cut archive and a folder are one line.
+    Before: compressed bytes gave 'no nccl-tests result table found'; a folder 'cannot read (Is a
+    directory)'."""
+    import bz2
+    import gzip
+    import lzma
+
+    raw = N4.read_bytes()
+    for name, data in (("a.log.gz", gzip.compress(raw)), ("a.log.bz2", bz2.compress(raw)),
+                       ("a.log.xz", lzma.compress(raw))):  # fmt: skip
+        p = tmp_path / name
+        p.write_bytes(data)
+        assert summary(parse_log(p)) == summary(parse_log(N4))
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(raw)[:500])
+    with pytest.raises(ParseError, match=r"cut\.log\.gz: a gzip file that does not decompress"):
+        parse_log(cut)
+    with pytest.raises(ParseError, match=r": a folder; give the nccl-tests logs in it"):
+        parse_log(tmp_path)

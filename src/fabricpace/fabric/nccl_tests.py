@@ -19,8 +19,8 @@ in any order: Open MPI 4/5 output tags and timestamps (``[1,0]<stdout>:``,
 not in that list still works: header lines are found by their text and result rows by their
 ``size count type`` start. ``NCCL INFO`` and launcher lines are skipped; CRLF line ends, UTF-16 files
 (Windows PowerShell ``>``), terminal escape codes (colour) and tables copied from a rendered page
-(``1024 | 512 | half | ...``) are read. The ``-J`` JSON file of nccl-tests 2.17+ is read by
-``nccl_tests_json``.
+(``1024 | 512 | half | ...``) are read, also from gzip/bzip2/xz files. The ``-J`` JSON file of nccl-tests
+2.17+ is read by ``nccl_tests_json``.
 
 Read with a note (``NcclTestsLog.notes``): ``-d all`` / ``-o all`` (one sweep per type / op in one table:
 the float/sum sweep is used), rows whose out-of-place block is blank (a fork's ``-O 0``, trace replay: the
@@ -39,6 +39,9 @@ are dropped and counted in ``NcclTestsLog.dropped_rows``.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -270,11 +273,25 @@ def _nodes_from_name(name: str) -> int | None:
 
 
 def _read_lines(p: Path) -> list[str]:
-    """The file's lines: UTF-16 when it starts with a byte-order mark (PowerShell ``>``), else UTF-8."""
+    """The file's lines: UTF-16 when it starts with a byte-order mark (PowerShell ``>``), else UTF-8; a
+    gzip, bzip2 or xz file (archived job logs, ``.log.gz``) is decompressed first."""
+    if p.is_dir():
+        raise ParseError(f"{p}: a folder; give the nccl-tests logs in it ({p}/*.log)")
     try:
         raw = p.read_bytes()
     except OSError as exc:
         raise ParseError(f"{p}: cannot read ({exc.strerror or exc}); give a readable nccl-tests log") from exc
+    for magic, name, decompress in (
+        (b"\x1f\x8b", "gzip", gzip.decompress), (b"BZh", "bzip2", bz2.decompress),
+        (b"\xfd7zXZ\x00", "xz", lzma.decompress),
+    ):  # fmt: skip
+        if raw.startswith(magic):
+            try:
+                raw = decompress(raw)
+            except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:  # a cut archive
+                what = f"a {name} file that does not decompress ({exc})"
+                raise ParseError(f"{p}: {what}; give the whole file") from exc
+            break
     if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
         text = raw.decode("utf-16", errors="replace")
     else:
