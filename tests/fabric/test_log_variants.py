@@ -395,3 +395,16 @@ def test_compressed_logs_and_a_folder(tmp_path):
         parse_log(cut)
     with pytest.raises(ParseError, match=r": a folder; give the nccl-tests logs in it"):
         parse_log(tmp_path)
+
+
+def test_cli_compare_log_that_failed_mid_table_says_so(cli, tmp_path, data_dir):
+    """--compare with the 8-node log cut by a failure line after its 2 GiB row: the score uses the 7 rows
+    from 32 MiB to 2 GiB and a note says the run failed. Before: the same score with no word of the rest."""
+    n8 = lines_of(data_dir / "h100ib_n8_all_reduce.log")
+    fail = "b749a9b0: Test NCCL failure common.cu:1005 'unhandled system error'"
+    held = write(tmp_path, "n8_all_reduce.log", failed_after(n8, 12, fail))
+    r = cli("collective", "--calibrate", str(N2), str(N4), "--compare", str(held), "--nodes", "8", "--sizes",
+            "1G", "--format", "json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "note: n8_all_reduce.log:84: the run failed here" in r.stderr and "12 rows up to 2G" in r.stderr
+    assert "compared with 7 measured rows (32 MB-8 GB) of 1 log(s)" in r.stderr

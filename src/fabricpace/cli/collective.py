@@ -280,8 +280,10 @@ def _score(
     from fabricpace.fabric.nccl_tests import parse_log
 
     errs: list[tuple[float, int, int]] = []
+    notes: list[str] = []  # what reading the logs left out (a failed run's missing sizes, other sweeps)
     for p in paths:
         log = parse_log(p)
+        notes += log.notes()
         if log.op not in (None, op):
             raise InputError(f"--compare {p}: an {log.op} log; compare {op} predictions with {op} logs")
         if log.nodes is None:
@@ -297,7 +299,7 @@ def _score(
         return "compared with 0 measured rows: none between 32 MB and 8 GB in the --compare logs"
     e = np.abs([x[0] for x in errs])
     worst = errs[int(np.argmax(e))]
-    return (
+    return "".join(f"{n}\n" for n in notes) + (
         f"compared with {len(errs)} measured rows (32 MB-8 GB) of {len(paths)} log(s): time error median "
         f"{100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% "
         f"({_human(worst[2])} on {worst[1]} nodes)"
