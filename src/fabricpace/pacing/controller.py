@@ -379,16 +379,18 @@ class Controller:
         )
 
     def _still_slow(self, fleet: Fleet, slow: np.ndarray) -> bool:
-        """Whether the slow group is still slow per sample in the window's last steps (the tail's
-        excess over the tail's median at least ``straggler_compute_excess`` for each of them); True
-        when the tail is not known."""
+        """Whether the slow group is still slow per sample in the window's last steps: its median excess
+        over the tail's median at least half its median excess over the whole window (a straggler that
+        recovered inside the window has none left; one that persists keeps about all of it, and a
+        group just above the trigger is not lost to one rank's noisy tail). True when the tail is not
+        known."""
         if fleet.tail_cps is None or slow.size == 0:
             return True
-        tail = fleet.tail_cps
-        med = float(np.median(tail))
-        if not (np.isfinite(med) and med > 0):
+        tail, med_tail, med = fleet.tail_cps, float(np.median(fleet.tail_cps)), float(np.median(fleet.cps))
+        if not (np.isfinite(med_tail) and med_tail > 0 and np.isfinite(med) and med > 0):
             return True
-        return bool(np.all(tail[slow] / med - 1.0 >= self.config.straggler_compute_excess))
+        now = float(np.median(tail[slow])) / med_tail - 1.0
+        return now >= 0.5 * (float(np.median(fleet.cps[slow])) / med - 1.0)
 
     def _undo_recovered(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         """A kept move is kept because its straggler was slow. Once the ranks it relieved are no longer
