@@ -408,3 +408,43 @@ def test_cli_compare_log_that_failed_mid_table_says_so(cli, tmp_path, data_dir):
     assert r.returncode == 0, r.stderr
     assert "note: n8_all_reduce.log:84: the run failed here" in r.stderr and "12 rows up to 2G" in r.stderr
     assert "compared with 7 measured rows (32 MB-8 GB) of 1 log(s)" in r.stderr
+
+
+def test_rccl_tests_output_files_are_refused_with_the_reason(tmp_path):
+    """rccl-tests -x FILE -Z json|csv (ROCm/rccl-tests src/common.cu, Reporter): one record per size and
+    in/out-of-place, keys and order as Reporter::addResult writes them with MPI, values of the 4-node log's
+    first row; its 'nodes' is totalProcs / nProcs (1 here) and no host is named, so the node count cannot be
+    told. Before: json said 'a killed run leaves it cut off', csv 'no nccl-tests result table found'."""
+    rec = ('{{"name":"AllReduce", "nodes":1, "ranks":32, "ranksPerNode":32, "gpusPerRank":1, '
+           '"size":1048576, "type":"float", "redop":"sum", "inPlace":{}, "time":{:f}, "algBw":{:f}, '
+           '"busBw":{:f}, "wrong":"0"}}')
+    lines = [rec.format(0, 317.0, 3.31, 6.41), rec.format(1, 93.26, 11.24, 21.78)]
+    with pytest.raises(ParseError, match=r"r\.json: an rccl-tests -x/-Z output file; it names no host"):
+        parse_log(write(tmp_path, "r.json", "\n".join(lines) + "\n"))
+    csv = ("collective, ranks, rankspernode, gpusperrank, size, type, redop, inplace, time, algbw, busbw, "
+           '#wrong\n"AllReduce", 32, 32, 1, 1048576, "float", "sum", 0, 317.000000, 3.310000, 6.410000, '
+           '"0"\n')
+    with pytest.raises(ParseError, match=r"r\.csv: an rccl-tests -x/-Z output file"):
+        parse_log(write(tmp_path, "r.csv", csv))
+
+
+def test_rccl_tests_in_place_only_table(tmp_path):
+    """rccl-tests -O 0 (enable_out_of_place = 0 in ROCm/rccl-tests src/common.cu): the header names one
+    'in-place' block (time algbw busbw #wrong) and each row holds only it. Built from the 4-node log. Read
+    as in-place numbers, with the note."""
+    out = []
+    for x in lines_of(N4):
+        if "out-of-place" in x:
+            x = "#                                                      in-place          "
+        elif re.search(r"\bsize\s+count\s+type\s+redop\b", x):
+            x = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        elif "(elements)" in x:
+            x = "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)      "
+        elif is_row(x):
+            f = x.split()
+            x = f"{f[0]:>12}  {f[1]:>12}  {f[2]:>8}  {f[3]:>6}  {f[4]:>6}  " + "  ".join(f[9:])
+        out.append(x)
+    log = parse_log(write(tmp_path, "o0.log", "\n".join(out)))
+    clean = parse_log(N4).rows
+    assert [(r.size, r.time_us) for r in log.rows] == [(r.size, r.inplace_time_us) for r in clean]
+    assert log.inplace_only_rows == 14 and "in-place times are used" in log.notes()[0]

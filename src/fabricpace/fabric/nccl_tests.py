@@ -32,7 +32,8 @@ What is refused, with ``file:line`` and the fix: a row that starts like a result
 a second nccl-tests header in one file (two runs back to back, or an nccl-tests built without ``MPI=1``
 where every process ran its own test; the message gives the line and commands that split it), ranks split
 into groups (``NCCL_TESTS_SPLIT_MASK``), ranks spread unevenly over the hosts, a rank list that stops inside
-a host (a pasted log cut short), an empty file. Rows whose
+a host (a pasted log cut short), an empty file, rccl-tests' ``-x/-Z`` output files (no host names, so no
+node count). Rows whose
 out-of-place time is not a positive finite number (``inf``, ``nan``, ``0.00``) are not measurements: they
 are dropped and counted in ``NcclTestsLog.dropped_rows``.
 """
@@ -395,6 +396,10 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
         from fabricpace.fabric.nccl_tests_json import parse_json
 
         return parse_json(p, "\n".join(lines), op=found_op, nodes=nodes)
+    if re.match(r"(?:numCycle,\s*)?collective,.*\bbusbw\b", first, re.I):  # rccl-tests -Z csv
+        from fabricpace.fabric.nccl_tests_json import rccl_tests_output
+
+        raise rccl_tests_output(p)
     ranks: dict[int, tuple[str, int]] = {}  # rank -> (host, device)
     rank_lines: dict[int, int] = {}  # rank -> its line
     groups: dict[int, int] = {}  # group (NCCL_TESTS_SPLIT_MASK colour) -> line of its first rank

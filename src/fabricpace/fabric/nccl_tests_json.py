@@ -53,8 +53,23 @@ def _block(row: dict[str, Any], key: str) -> tuple[float, float, float] | None:
     return _number(t), _number(b.get("alg_bw")), _number(b.get("bus_bw"))
 
 
+def rccl_tests_output(p: Path) -> ParseError:
+    """The refusal for rccl-tests' ``-x FILE -Z json|csv`` output: one record per size and in/out-of-place
+    (``name nodes ranks ranksPerNode gpusPerRank size type redop inPlace time algBw busBw wrong``;
+    ROCm/rccl-tests ``Reporter::addResult`` in ``src/common.cu``). It names no host, and its ``nodes`` is
+    totalProcs / nProcs (communicators, 1 without NCCL_TESTS_SPLIT_MASK), not the node count; its ``size`` is
+    the received bytes, which for reduce_scatter is not the size the stdout log prints."""
+    return ParseError(
+        f"{p}: an rccl-tests -x/-Z output file; it names no host and its 'nodes' field counts communicators, "
+        "so the node count is unknown: give the run's stdout log (the table with its '#  Rank' lines)"
+    )
+
+
 def parse_json(p: Path, text: str, *, op: str | None, nodes: int | None) -> NcclTestsLog:
     """An nccl-tests ``-J`` JSON file as an ``NcclTestsLog``; ParseError naming the file and what to fix."""
+    first = text.lstrip().split("\n", 1)[0]
+    if '"inPlace"' in first and '"busBw"' in first:  # one record per line: rccl-tests -Z json
+        raise rccl_tests_output(p)
     try:
         doc = json.loads(_BARE_INF.sub(r'\1"\2"', text))
     except json.JSONDecodeError as exc:
