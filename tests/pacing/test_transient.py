@@ -154,3 +154,17 @@ def test_ranks_a_hair_below_equal_do_not_speak_for_the_straggler(summaries):
                                    last=[10.0, 10.0, 10.0, 10.0]))
     assert not [d for d in out if d.action == "adjust" and d.policy == "rebalance"], out
     assert ctl.kept.shares == shares
+
+
+def test_a_group_just_above_the_trigger_is_not_lost_to_one_noisy_tail(summaries):
+    """A group of 3 ranks 5.4% slow for two windows: in the second window's tail one of them reads 4.9%
+    (below the 5% trigger) — the group as a whole kept its excess, so the move is tried (before, the
+    tail check was per rank, and unseen-56 lost its move in 3 of 5 seeds)."""
+    comp = [60.0] * 5 + [63.24] * 3
+    tail = [60.0] * 5 + [63.3, 62.94, 63.2]
+    last = [0.0] * 5 + [10.0] * 3
+    ctl = Controller(8, policies=["rebalance"])
+    for w in (0, 1):
+        window = summaries(w, 8, compute_ms=comp, last=last, samples=256.0, step_ms=45.0)
+        _, out = ctl.update(50 * (w + 1), _with_tail(window, tail))
+    assert [d.policy for d in out if d.action == "enable"] == ["rebalance"], out
