@@ -38,7 +38,7 @@ def pattern(fn: Callable[[Any], None]) -> Callable[[Any], None]:
     return fn
 
 
-def net(seed: int = 0, width: int = 64) -> torch.nn.Module:
+def net(seed: int = 0, width: int = 64) -> torch.nn.Sequential:
     torch.manual_seed(seed)  # the same initial weights on every rank and in every variant
     return torch.nn.Sequential(torch.nn.Linear(32, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                torch.nn.ReLU(), torch.nn.Linear(width, 10))
@@ -58,6 +58,9 @@ class NoObserver:
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+    def batch_share(self, global_batch: int) -> int:
+        return global_batch // dist.get_world_size()
 
     def close(self) -> None:
         pass
@@ -86,19 +89,19 @@ class Job:
     def batch(self, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.randn(n, 32, generator=self.gen), torch.randint(0, 10, (n,), generator=self.gen)
 
-    def observe(self, model: Any, **kw: Any) -> Any:
+    def observe(self, model: Any, *, pacing: str | None = None, **kw: Any) -> Any:
+        """The observer (``--observe``) or a stand-in; ``pacing`` overrides ``--pacing``."""
         if not self.args.observe:
             return NoObserver()
-        import fabricpace
-        from fabricpace.observe import ObserverConfig
+        from fabricpace.observe import ObserverConfig, observe
 
         self.sessions += 1
         cfg = ObserverConfig(flush_every=self.args.window, flush_interval_s=0, status_line=False,
                              gather_timeout_s=self.args.gather_timeout, close_timeout_s=10,
                              store_timeout_s=20)
         run_dir = self.out / ("run" if self.sessions == 1 else f"run{self.sessions}")
-        obs = fabricpace.observe(model, run_dir=run_dir, pacing=self.args.pacing, window=self.args.window,
-                                 config=cfg, **kw)
+        obs = observe(model, run_dir=run_dir, pacing=pacing or self.args.pacing, window=self.args.window,
+                      config=cfg, **kw)
         self.observers.append(obs)
         return obs
 
@@ -152,6 +155,31 @@ def p_val(job: Job) -> None:
                     vals.append(float(tot[0] / tot[1]))
                 model.train()
     job.notes["val_losses"] = vals
+
+
+@pattern
+def p_val_wrapped(job: Job) -> None:
+    """``p_val`` with ``wrap_collectives=True`` and a logging all_reduce of the loss after every step,
+    outside the step (as most loops log): collectives between steps."""
+    model, opt = ddp()
+    job.models.append(model)
+    logged = []
+    with job.observe(model, wrap_collectives=True) as obs:
+        for s in range(job.args.steps):
+            with obs.step(samples=16):
+                loss = job.train_step(model, opt)
+            v = loss.detach().reshape(1)
+            dist.all_reduce(v)
+            logged.append(float(v[0]))
+            if s % 5 == 4:
+                model.eval()
+                with torch.no_grad():
+                    x, y = job.batch(64)
+                    val = F.cross_entropy(model(x), y).reshape(1)
+                    time.sleep(0.02)  # a longer validation pass
+                    dist.all_reduce(val)
+                model.train()
+    job.notes["logged"] = logged
 
 
 @pattern
@@ -215,16 +243,18 @@ def _compile(module: Any) -> Any:
 
 @pattern
 def p_compile_inner(job: Job) -> None:
-    """DDP(torch.compile(model)) — nanoGPT's order is compile first, then DDP."""
-    torch.manual_seed(0)
-    model = DDP(_compile(net()), bucket_cap_mb=0.01)
+    """DDP(torch.compile(model)) — nanoGPT's order is compile first, then DDP (1 MB buckets, as below)."""
+    model = DDP(_compile(net(width=768)), bucket_cap_mb=1)
     simple_loop(job, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
 
 
 @pattern
 def p_compile_outer(job: Job) -> None:
     """torch.compile(DDP(model)) — dynamo's DDPOptimizer splits the graph at bucket boundaries."""
-    model, opt = ddp()
+    # Dynamo's DDPOptimizer asserts that DDP's first bucket (1 MiB) is not larger than the others:
+    # buckets of 1 MB on a model big enough for several of them.
+    model = DDP(net(width=768), bucket_cap_mb=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     compiled = _compile(model)
     job.models.append(model)
     with job.observe(compiled) as obs:  # the compiled module, as a user holds it
@@ -296,6 +326,83 @@ def p_fsdp2_model(job: Job) -> None:
     simple_loop(job, model, opt)
 
 
+class _Seeded(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Random samples that depend only on (rank, index): the same data in every variant."""
+
+    def __init__(self, rank: int, n: int) -> None:
+        self.rank, self.n = rank, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.rank * 100_000 + i)
+        return torch.randn(32, generator=g), torch.randint(0, 10, (), generator=g)
+
+
+@pattern
+def p_loader(job: Job) -> None:
+    """A DataLoader with 2 worker processes (forked after the observer started its threads), the
+    batch fetched inside an ``obs.phase("data")``, and a checkpoint written by rank 0 every 4 steps."""
+    model, opt = ddp()
+    job.models.append(model)
+    loader = torch.utils.data.DataLoader(_Seeded(job.rank, 16 * job.args.steps), batch_size=16,
+                                         num_workers=2, shuffle=False)
+    with job.observe(model) as obs:
+        it = iter(loader)
+        for s in range(job.args.steps):
+            with obs.step(samples=16):
+                with obs.phase("data"):
+                    x, y = next(it)
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                job.steps_taken += 1
+            if job.rank == 0 and s % 4 == 3:
+                job.out.mkdir(parents=True, exist_ok=True)
+                torch.save(model.module.state_dict(), job.out / "ckpt.pt")
+
+
+def _policies(obs: Any) -> list[str] | None:
+    controller = getattr(getattr(getattr(obs, "pacer", None), "pacer", None), "controller", None)
+    return list(controller.policies) if controller is not None else None
+
+
+def _slow_loop(job: Job, *, shares: bool) -> None:
+    """Rank 1 sleeps 15 ms per step (a persistent straggler): auto pacing (always, whatever
+    ``--pacing`` says) wants to rebalance."""
+    from fabricpace.pacing import sample_weight
+
+    model, opt = ddp()
+    job.models.append(model)
+    with job.observe(model, pacing="auto") as obs:
+        for _ in range(job.args.steps):
+            n = obs.batch_share(32) if shares else 16
+            with obs.step(samples=n):
+                if job.rank == 1:
+                    time.sleep(0.015)
+                x, y = job.batch(n)
+                loss = F.cross_entropy(model(x), y) * (sample_weight(n, 32, job.world) if shares else 1.0)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                job.steps_taken += 1
+        job.notes["policies"] = _policies(obs)
+
+
+@pattern
+def p_slow_rank(job: Job) -> None:
+    """A persistent straggler in a loop that does not call obs.batch_share (most loops)."""
+    _slow_loop(job, shares=False)
+
+
+@pattern
+def p_slow_rank_shares(job: Job) -> None:
+    """The same straggler in a loop that takes its batch from obs.batch_share (rebalance can act)."""
+    _slow_loop(job, shares=True)
+
+
 @pattern
 def p_varbatch(job: Job) -> None:
     """Batch size varies per step and per rank (variable-length data)."""
@@ -344,12 +451,12 @@ def p_two_backward(job: Job) -> None:
 
 @pattern
 def p_join(job: Job) -> None:
-    """DDP Join for uneven inputs: rank R has 3*R fewer batches than rank 0."""
+    """DDP Join for uneven inputs: rank R has 5*R fewer batches than rank 0 (at least 1)."""
     from torch.distributed.algorithms.join import Join
 
     model, opt = ddp()
     job.models.append(model)
-    mine = job.args.steps - 3 * job.rank
+    mine = max(job.args.steps - 5 * job.rank, 1)
     with job.observe(model) as obs, Join([model]):
         for _ in range(mine):
             with obs.step(samples=16):

@@ -22,9 +22,9 @@ WORKER = Path(__file__).parent / "_job_patterns_worker.py"
 
 STEPS = 8
 EARLY = ["join", "early_close"]  # a rank stops observing before the others (last: nothing after them)
-PATTERNS = ["val", "val_in_step", "accum", "accum_flag", "static", "tiny_buckets", "huge_bucket", "bf16",
-            "varbatch", "skip", "two_backward", "catch", "catch_one_rank", "sweep", "two_models",
-            "observe_twice", "fsdp2", "fsdp2_model", *EARLY]
+PATTERNS = ["val", "val_wrapped", "val_in_step", "accum", "accum_flag", "static", "tiny_buckets",
+            "huge_bucket", "bf16", "varbatch", "skip", "two_backward", "catch", "catch_one_rank", "sweep",
+            "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank", "slow_rank_shares", *EARLY]
 
 
 def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> list[dict]:
@@ -38,7 +38,8 @@ def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> li
 
 @pytest.fixture(scope="module")
 def matrix(launcher, tmp_path_factory) -> list[dict]:
-    """Every pattern without and with the observer (pacing off), 2 ranks; gather timeout 60 s."""
+    """Every pattern without and with the observer (pacing off, except slow_rank*: auto), 2 ranks;
+    gather timeout 60 s."""
     out = tmp_path_factory.mktemp("jobs")
     return _launch(launcher, out, "matrix:" + ",".join(PATTERNS), "--steps", str(STEPS), "--window", "4",
                    "--gather-timeout", "60")
@@ -89,6 +90,23 @@ def test_eval_loops_and_accumulation_leave_training_and_records_intact(matrix):
         assert v["observed"]["notes"]["val_losses"] == v["plain"]["notes"]["val_losses"]
 
 
+def test_collectives_between_steps_count_in_no_step(matrix):
+    """wrap_collectives=True with a logging all_reduce after every step and a validation pass every
+    5 steps, both outside ``obs.step()``: their rows are recorded (with the next step's number) but
+    no step's wait or comm includes them. Before, the next step counted them whole: wait longer than
+    the step itself (84 ms in a 3.5 ms step) and compute 0 in most steps."""
+    (run,) = _check_matrix(matrix, "val_wrapped")
+    data = load_run(run)
+    steps = data.steps.with_columns(dur=pl.col("t_end_ns") - pl.col("t_start_ns"))
+    assert steps.filter(pl.col("wait_ns") > pl.col("dur")).height == 0
+    assert steps.filter(pl.col("comm_ns") > pl.col("dur")).height == 0
+    world = data.collectives.filter(pl.col("group") == "world", pl.col("rank") == 0)
+    assert world.height == STEPS - 1 + (STEPS - 1) // 5  # the last step's are issued after it ended
+    for res in matrix:
+        v = res["patterns"]["val_wrapped"]
+        assert v["observed"]["notes"]["logged"] == v["plain"]["notes"]["logged"]
+
+
 def test_ddp_options_autocast_and_irregular_steps(matrix):
     """static_graph + gradient_as_bucket_view, one bucket per parameter, one bucket for all, bf16
     autocast, batch sizes that vary by step and rank, skipped optimizer steps, two synchronized
@@ -131,10 +149,12 @@ def test_fsdp2_collectives_are_recorded(matrix):
 
 @pytest.mark.parametrize("pattern", EARLY)
 def test_a_rank_that_stops_observing_early_does_not_stall_the_others(matrix, pattern):
-    """DDP Join with uneven inputs (rank 1 runs 3 fewer batches) and a rank that calls obs.close()
-    half way: the others' next window gather can never complete. Before, it held their training
-    for gather_timeout_s (here 60 s); now the closing rank says so on the Store and the gather is
-    given up at once, with one logged reason. Parameters stay bitwise those of the plain job."""
+    """DDP Join with uneven inputs (rank 1 runs 3 of 8 batches, then waits inside Join.__exit__
+    shadowing rank 0's all-reduces, its observer still open) and a rank that calls obs.close() half
+    way: the others' next window gather can never complete. Before, it held their training for
+    gather_timeout_s (here 60 s); now the rank says so on the Store when it joins (a wrapper on this
+    DDP instance's join hook) or closes, and the gather is given up at once, with one logged reason.
+    Parameters stay bitwise those of the plain job."""
     for res in matrix:
         pair = res["patterns"][pattern]
         assert pair["observed"]["digest"] == pair["plain"]["digest"]
@@ -145,5 +165,20 @@ def test_a_rank_that_stops_observing_early_does_not_stall_the_others(matrix, pat
     assert matrix[1]["patterns"][pattern]["observed"]["observers"][0]["failures"] == {}
     run = load_run(rank0["observers"][0]["run_dir"])
     counts = run.steps.group_by("rank").agg(pl.len().alias("n")).sort("rank")["n"].to_list()
-    assert counts == [STEPS, STEPS - 3 if pattern == "join" else STEPS // 2 + 1]
+    assert counts == [STEPS, STEPS - 5 if pattern == "join" else STEPS // 2 + 1]
     assert run.manifest.complete
+
+
+def test_auto_pacing_leaves_rebalance_out_of_a_loop_without_batch_share(matrix):
+    """pacing="auto" in a loop that never calls obs.batch_share (most loops): rebalance could move no
+    sample, yet before it was enabled on a persistent straggler (a no-op), judged by the guard on noise
+    and logged in pacing.parquet as if it acted. Now the first window shows that no rank asks for its
+    share and every rank leaves rebalance out (gc, comm, placement stay); a loop that asks keeps it."""
+    for res in matrix:
+        slow = res["patterns"]["slow_rank"]
+        assert slow["observed"]["digest"] == slow["plain"]["digest"]
+        assert slow["observed"]["notes"]["policies"] == ["gc", "comm", "placement"]
+        assert "rebalance" in res["patterns"]["slow_rank_shares"]["observed"]["notes"]["policies"]
+    run = load_run(matrix[0]["patterns"]["slow_rank"]["observed"]["observers"][0]["run_dir"])
+    assert "rebalance left out" in run.manifest.extra["pacing_notes"][0]
+    assert run.pacing.filter(pl.col("policy") == "rebalance").height == 0

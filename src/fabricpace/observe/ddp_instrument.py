@@ -85,6 +85,42 @@ def instrument_ddp(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None, paci
             obs.guard.fail("comm hook", exc)
 
 
+def watch_join(obs: Any, model: Any) -> Any:
+    """Let the observer know when this rank joins under DDP's ``Join`` context (uneven inputs).
+
+    A rank whose inputs ran out stays inside ``Join.__exit__`` — shadowing the others' all-reduces
+    through DDP's join hook — until every rank is done, so its observer stays open and takes no
+    step: its peers' next window gather could never complete and held their training for
+    ``gather_timeout_s``. ``Join([model])`` asks the model for its hook when it is built; the wrapper
+    put on this DDP instance calls ``obs._joined()`` once, at the first shadowing round, and then
+    DDP's own hook unchanged. Returns an undo function (None when the model has no ``join_hook``)."""
+    original = getattr(model, "join_hook", None)
+    if original is None:
+        return None
+
+    def join_hook(**kwargs: Any) -> Any:
+        hook = original(**kwargs)
+        try:
+            main = hook.main_hook
+
+            def main_hook() -> None:
+                obs._joined()  # never raises
+                main()
+
+            hook.main_hook = main_hook
+        except Exception as exc:  # DDP's hook is used unwrapped
+            obs.guard.fail("join", exc)
+        return hook
+
+    model.__dict__["join_hook"] = join_hook  # shadows the method on this instance only
+
+    def undo() -> None:
+        if model.__dict__.get("join_hook") is join_hook:
+            del model.__dict__["join_hook"]
+
+    return undo
+
+
 def install_hook(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None) -> bool:
     """Register the observer's comm hook (wrapping the user's, if any); False when DDP refused it."""
     from fabricpace.observe.collectives import group_name

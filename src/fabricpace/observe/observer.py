@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace.observe import align, chunks, ddp_instrument, gather_wait, locality, startup, windows
-from fabricpace.observe._guard import Guard
+from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
 from fabricpace.observe.pacer import SafePacer, load_pacer, pacing_mode
@@ -56,6 +56,8 @@ from fabricpace.run.window import WindowSummary
 from fabricpace.run.writer import write_table_atomic
 
 _HISTORY_WINDOWS = 64
+# Floats appended to each rank's window vector for pacing: failed flag, state digest, batch_share used.
+_PACING_FIELDS = 3
 
 RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
 _SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
@@ -208,6 +210,8 @@ class Observer:
         self._session = _SESSIONS[0]
         self.channel = SideChannel(None, f"fabricpace/obs{self._session}", cfg.store_timeout_s)
         self._start_rows: dict[int, dict[str, Any]] = {}  # rank rows read at start (close falls back)
+        self._left_at: int | None = None  # windows sent when this rank joined under DDP's Join
+        self._unwatch_join: Any = None
         try:
             self._start(model, pacing, metrics_port, comm_hook, wrap_collectives, event_source)
         except Exception as exc:  # the job must not notice: switch everything off
@@ -278,6 +282,8 @@ class Observer:
             kind = ddp_instrument.model_kind(model)
             if kind == "ddp":
                 ddp_instrument.instrument_ddp(self, model, comm_hook, pacing)
+                if self.distributed:
+                    self._unwatch_join = ddp_instrument.watch_join(self, model)
             else:
                 wrap_collectives = ddp_instrument.explain_model(self, model, kind, wrap_collectives,
                                                                 comm_hook)
@@ -300,6 +306,25 @@ class Observer:
             )
             self._clock_thread.start()
         self.recording = True
+
+    def _joined(self) -> None:
+        """This rank's inputs ran out under DDP's ``Join``: it starts no more window gathers, so tell
+        the peers (``gather_wait``) which gather it will not join. Once; the Store call runs on a
+        helper thread (Join's shadowing loop must not wait on the Store)."""
+        if self._left_at is not None or self.closed or not self.distributed:
+            return
+        self._left_at = sent = self._windows_closed
+        channel = self.channel
+        LOG.info("fabricpace observer (rank %d): joined (DDP Join) after %d windows; window summaries "
+                 "end there for every rank", self.rank, sent)
+
+        def tell() -> None:
+            try:
+                gather_wait.mark_left(channel, sent)
+            except Exception as exc:
+                self.guard.fail("join", exc)
+
+        threading.Thread(target=tell, name="fabricpace-join", daemon=True).start()
 
     def _remove_probe(self) -> None:
         probe, self._probe = self._probe, None
@@ -516,7 +541,9 @@ class Observer:
             # pacing state. Every rank decides from the same gathered windows, so the states agree;
             # should they not (a rank-local failure, or float results that differ between hosts),
             # every rank drops pacing at the same window and their batch shares agree again.
-            vec = np.append(row, [1.0 if self.pacer.failed_here else 0.0, self.pacer.digest()])
+            # A third: whether this rank's loop takes its batch from obs.batch_share (rebalance needs it).
+            vec = np.append(row, [1.0 if self.pacer.failed_here else 0.0, self.pacer.digest(),
+                                  1.0 if self.pacer.shares_asked else 0.0])
             self._windows_closed += 1
             if self.distributed:
                 import torch
@@ -533,11 +560,11 @@ class Observer:
                 if cfg.gather_lag_steps == 0:
                     self._finish_gather()
                 return
-            summaries = windows.cross_rank(vec[None, :-2], cfg.arrival_slots)
+            summaries = windows.cross_rank(vec[None, :-_PACING_FIELDS], cfg.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries, vec[None, -2:])
+        self._use_window(summaries, vec[None, -_PACING_FIELDS:])
 
     def _finish_gather(self) -> None:
         """Wait for the pending gather (bounded by the group's timeout) and use its summaries."""
@@ -556,15 +583,16 @@ class Observer:
                 self.guard.fail("gather", gone)
                 self.pacer.drop("window summaries stopped: " + gone)
                 return
-            matrix = out.numpy()  # (world × length): summary fields, arrival block, pacer-failed flag
-            summaries = windows.cross_rank(matrix[:, :-2], self.config.arrival_slots)
+            matrix = out.numpy()  # (world × length): summary fields, arrival block, _PACING_FIELDS
+            summaries = windows.cross_rank(matrix[:, :-_PACING_FIELDS], self.config.arrival_slots)
         except Exception as exc:
             self.guard.fail("gather", exc)
             return
-        self._use_window(summaries, matrix[:, -2:])
+        self._use_window(summaries, matrix[:, -_PACING_FIELDS:])
 
     def _use_window(self, summaries: list[WindowSummary], pacing: Any = None) -> None:
-        """``pacing``: (world × 2) per rank, its pacer-failed flag and its state digest."""
+        """``pacing``: (world × 3) per rank, its pacer-failed flag, its state digest and whether its
+        loop takes the batch from ``obs.batch_share``."""
         cfg = self.config
         if pacing is not None:
             self.pacer.agree(pacing)
@@ -674,11 +702,17 @@ class Observer:
 
     def _switch_off(self) -> None:
         self.recording = False
-        for action in (self._remove_probe, self._remove_gc, self._stop_threads, self.pacer.close):
+        for action in (self._remove_probe, self._remove_gc, self._stop_threads, self.pacer.close,
+                       self._stop_join_watch):
             try:
                 action()
             except Exception as exc:
                 self.guard.fail("close", exc)
+
+    def _stop_join_watch(self) -> None:
+        undo, self._unwatch_join = self._unwatch_join, None
+        if undo is not None:
+            undo()
 
     def _remove_gc(self) -> None:
         if self._on_gc in gc.callbacks:

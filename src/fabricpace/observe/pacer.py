@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fabricpace.observe._guard import Guard
+from fabricpace.observe._guard import LOG, Guard
 from fabricpace.run.window import WindowSummary
 
 
@@ -72,6 +72,11 @@ class SafePacer:
         self.rank = rank
         self.world = world
         self.dropped = False  # dropped after its own exception (not by a peer's, not at close)
+        # Whether the loop took its batch from obs.batch_share() (shipped in every window vector):
+        # rebalance can only move samples in a loop that does.
+        self.shares_asked = False
+        self._shares_checked = False
+        self.notes: list[str] = []  # what was changed about pacing and why (manifest extra)
 
     @property
     def active(self) -> bool:
@@ -116,6 +121,30 @@ class SafePacer:
         elif (digest != digest[0]).any():
             k = int(np.flatnonzero(digest != digest[0])[0])
             self.drop(f"pacing states differ between ranks (rank {k}'s is not rank 0's)")
+        elif pacing.shape[1] > 2 and not self._shares_checked:
+            self._shares_checked = True  # the first window decides, before any pacing decision
+            if not pacing[:, 2].all():
+                self._leave_out_rebalance(int(np.flatnonzero(pacing[:, 2] == 0)[0]))
+
+    def _leave_out_rebalance(self, rank: int) -> None:
+        """The loop does not take its batch from ``obs.batch_share`` (on ``rank``, and typically on
+        every rank: the same code): a rebalance decision would move no sample, yet the guard would
+        judge it on noise and the decision log would claim it. Leave rebalance out of the policies
+        (the same on every rank: all decide from the same gathered flags); the others stay."""
+        controller: Any = getattr(self.pacer, "controller", None)
+        policies = getattr(controller, "policies", None)
+        if not isinstance(policies, tuple) or "rebalance" not in policies:
+            return
+        kept = tuple(p for p in policies if p != "rebalance")
+        controller.policies = kept
+        if isinstance(getattr(self.pacer, "policies", None), tuple):
+            self.pacer.policies = kept
+        note = (f"rebalance left out: rank {rank}'s loop does not take its batch from "
+                "obs.batch_share(global_batch), so no sample could move "
+                f"(pacing keeps {', '.join(kept) or 'none'})")
+        self.notes.append(note)
+        if self.rank == 0:
+            LOG.warning("fabricpace pacing: %s", note)
 
     def drop(self, reason: str) -> None:
         """Turn pacing off on this rank: another rank's pacer failed, or the ranks' states differ
@@ -182,6 +211,7 @@ class SafePacer:
                 self._drop(exc)
 
     def batch_share(self, global_batch: int) -> int:
+        self.shares_asked = True
         if self.pacer is not None:
             try:
                 return int(self.pacer.batch_share(global_batch))

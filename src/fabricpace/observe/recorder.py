@@ -190,6 +190,14 @@ def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.nd
     wait = np.zeros(n, dtype=np.int64)
     comm = np.zeros(n, dtype=np.int64)
     if k.size:
+        # A collective that completed before its step began is not part of that step. One issued
+        # between steps (a logging all_reduce after the step, a validation pass, a checkpoint barrier,
+        # with wrap_collectives) is recorded with the next step's number, but that step never waited
+        # for it: counted, it made wait exceed the step itself and compute 0.
+        inside = exit_ > t_start[k]
+        if not inside.all():
+            k, enter, exit_, blocking = k[inside], enter[inside], exit_[inside], blocking[inside]
+    if k.size:
         # Overlapped (DDP buckets): from the last arrival (own compute done) to the last completion.
         ov = ~blocking
         last_in = np.full(n, np.iinfo(np.int64).min)

@@ -97,6 +97,8 @@ def finish_rank0(obs: Any, reason: str | None, *, wait: bool) -> None:
     manifest.extra.update(unclosed_ranks=unclosed, observer_failures=dict(obs.guard.failed),
                           steps=obs.step_index + 1, ddp_mode=obs.ddp_mode,
                           comm_hook_installed_after_step=obs.comm_hook_step)
+    if obs.pacer.notes:
+        manifest.extra["pacing_notes"] = list(obs.pacer.notes)
     if reason is not None:
         manifest.extra["error"] = reason
     obs._write_rank0_files(complete=True)
