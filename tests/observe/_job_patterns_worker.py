@@ -135,6 +135,24 @@ def p_base(job: Job) -> None:
 
 
 @pattern
+def p_gc_churn(job: Job) -> None:
+    """Python garbage with reference cycles every step (a data pipeline's objects): the collector
+    pauses at random steps, which pacing "gc" (always, whatever ``--pacing`` says) turns into
+    lockstep collections. At least 30 steps, so the pacer sees a few windows."""
+    model, opt = ddp()
+    job.models.append(model)
+    with job.observe(model, pacing="gc") as obs:
+        for _ in range(max(job.args.steps, 30)):
+            with obs.step(samples=16):
+                for _ in range(3000):
+                    a: list[object] = []
+                    a.append(a)
+                job.train_step(model, opt)
+        pacer = getattr(getattr(obs, "pacer", None), "pacer", None)
+        job.notes["gc_interval"] = getattr(getattr(pacer, "state", None), "gc_interval", None)
+
+
+@pattern
 def p_val(job: Job) -> None:
     """Validation every 5 steps between training steps: eval(), no_grad forwards, all_reduce of the loss."""
     model, opt = ddp()

@@ -24,7 +24,8 @@ STEPS = 8
 EARLY = ["join", "early_close"]  # a rank stops observing before the others (last: nothing after them)
 PATTERNS = ["val", "val_wrapped", "val_in_step", "accum", "accum_flag", "static", "tiny_buckets",
             "huge_bucket", "bf16", "varbatch", "skip", "two_backward", "catch", "catch_one_rank", "sweep",
-            "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank", "slow_rank_shares", *EARLY]
+            "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank", "slow_rank_shares",
+            "gc_churn", *EARLY]
 
 
 def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> list[dict]:
@@ -38,8 +39,8 @@ def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> li
 
 @pytest.fixture(scope="module")
 def matrix(launcher, tmp_path_factory) -> list[dict]:
-    """Every pattern without and with the observer (pacing off, except slow_rank*: auto), 2 ranks;
-    gather timeout 60 s."""
+    """Every pattern without and with the observer (pacing off, except slow_rank*: auto, gc_churn:
+    gc), 2 ranks; gather timeout 60 s."""
     out = tmp_path_factory.mktemp("jobs")
     return _launch(launcher, out, "matrix:" + ",".join(PATTERNS), "--steps", str(STEPS), "--window", "4",
                    "--gather-timeout", "60")
@@ -182,3 +183,11 @@ def test_auto_pacing_leaves_rebalance_out_of_a_loop_without_batch_share(matrix):
     run = load_run(matrix[0]["patterns"]["slow_rank"]["observed"]["observers"][0]["run_dir"])
     assert "rebalance left out" in run.manifest.extra["pacing_notes"][0]
     assert run.pacing.filter(pl.col("policy") == "rebalance").height == 0
+
+
+def test_gc_pacing_keeps_parameters_bitwise(matrix):
+    """pacing="gc" on a loop that makes cyclic garbage every step (30 steps, windows of 4): the
+    parameters stay bitwise those of the unobserved job whether or not the pacer moved collections
+    into lockstep in this run (here it usually enables them after two or three windows)."""
+    (run,) = _check_matrix(matrix, "gc_churn", steps=30)
+    assert load_run(run).manifest.pacing["mode"] == "gc"

@@ -688,8 +688,10 @@ class Observer:
         # host stopped, not dead) must not hold the user's process at exit.
         channel, key, sent = self.channel, f"closed/{self.rank}", self._windows_closed
 
+        marked = self._left_at is not None  # said so already when it joined under DDP's Join
+
         def tell() -> None:
-            if self.distributed:  # peers waiting in a gather this rank will never join stop waiting
+            if self.distributed and not marked:  # peers waiting in a gather it will never join stop
                 gather_wait.mark_left(channel, sent)
             channel.set(key, "error" if reason else "1")
 
