@@ -422,6 +422,78 @@ def p_slow_rank_shares(job: Job) -> None:
 
 
 @pattern
+def p_act_ckpt(job: Job) -> None:
+    """Activation checkpointing (torch.utils.checkpoint, non-reentrant) of the hidden block under DDP."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Ckpt(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.net[1](self.net[0](x))
+            h = checkpoint(lambda t: self.net[3](self.net[2](t)), h, use_reentrant=False)
+            return self.net[4](h)
+
+    model = DDP(Ckpt(), bucket_cap_mb=0.01)
+    simple_loop(job, model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+
+
+@pattern
+def p_unused(job: Job) -> None:
+    """find_unused_parameters=True with a head used only on even steps (multi-task loops)."""
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = net()
+            torch.manual_seed(5)
+            self.aux = torch.nn.Linear(10, 10)
+
+        def forward(self, x: torch.Tensor, aux: bool) -> torch.Tensor:
+            y = self.body(x)
+            return self.aux(y) if aux else y
+
+    model = DDP(TwoHeads(), bucket_cap_mb=0.01, find_unused_parameters=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    job.models.append(model)
+    with job.observe(model) as obs:
+        for s in range(job.args.steps):
+            with obs.step(samples=16):
+                x, y = job.batch()
+                loss = F.cross_entropy(model(x, s % 2 == 0), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                job.steps_taken += 1
+
+
+@pattern
+def p_fsdp2_clip(job: Job) -> None:
+    """FSDP2 with gradient clipping on the DTensor gradients (torchtitan's loop)."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = net()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    job.models.append(model)
+    with job.observe(model) as obs:
+        for _ in range(job.args.steps):
+            with obs.step(samples=16):
+                x, y = job.batch()
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                opt.step()
+                job.steps_taken += 1
+
+
+@pattern
 def p_varbatch(job: Job) -> None:
     """Batch size varies per step and per rank (variable-length data)."""
     model, opt = ddp()
