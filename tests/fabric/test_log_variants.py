@@ -448,3 +448,18 @@ def test_rccl_tests_in_place_only_table(tmp_path):
     clean = parse_log(N4).rows
     assert [(r.size, r.time_us) for r in log.rows] == [(r.size, r.inplace_time_us) for r in clean]
     assert log.inplace_only_rows == 14 and "in-place times are used" in log.notes()[0]
+
+
+def test_complete_rank_list_on_devices_4_to_7_is_read(tmp_path):
+    """NCCL_TESTS_DEVICE=4 (src/common.cu: cudaDev = gpu0 + i): one node, 4 ranks on devices 4..7. The
+    cut-list check must not take the device indices for a node's GPU count when every rank is listed. Built
+    from the 2-node log's first host."""
+    one = [x for x in lines_of(N2) if not re.search(r"Rank\s+([4-9]|1\d)\b", x)]
+    shift = lambda m: f"device  {int(m[1]) + 4}"  # noqa: E731
+    one = [re.sub(r"device\s+(\d)", shift, x) if "Rank" in x else x for x in one]
+    log = parse_log(write(tmp_path, "dev4.log", "\n".join(one)))
+    assert (log.nranks, log.nodes, log.gpus_per_node) == (4, 1, 4) and log.rows == parse_log(N2).rows
+    short = [x for x in lines_of(N2) if not re.search(r"Rank\s+1[2-5]\b", x)]  # the last host lists 4 of 8
+    with pytest.raises(ParseError, match=r"s\.log:\d+: the rank list stops at rank 11, inside host b749a9b0 "
+                                         r"\(4 of the 8 .*\) or the last node ran fewer ranks"):  # fmt: skip
+        parse_log(write(tmp_path, "s.log", "\n".join(short)))

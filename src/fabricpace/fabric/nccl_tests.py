@@ -537,7 +537,9 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     nranks = (max(ranks) + 1) if ranks else None
     if nodes is None and nranks is not None:
         per_node = max(dev for _, dev in ranks.values()) + 1
-        if nranks % per_node:  # the last listed rank is not its node's last GPU: a pasted list cut short
+        # an abridged list (gaps): nodes come from device indices (below), so the last listed rank must be its
+        # node's last GPU; else the pasted list was cut short. A complete list is checked host by host.
+        if len(ranks) < nranks and nranks % per_node:
             host, dev = ranks[nranks - 1]
             raise ParseError(
                 f"{p}:{rank_lines[nranks - 1]}: the rank list stops at rank {nranks - 1}, device {dev} of "
@@ -597,11 +599,12 @@ def _check_even(p: Path, ranks: dict[int, tuple[str, int]], rank_lines: dict[int
     odd = next(h for h, c in counts.items() if c != usual)
     last = list(per_host)[-1]  # hosts in rank order
     if [h for h, c in counts.items() if c != usual] == [last] and counts[last] < usual:
-        # a pasted log whose rank list was cut: the last host lists fewer ranks than every other one
+        # the last host lists fewer ranks than every other one: a pasted list cut short, or a short node
         raise ParseError(
             f"{p}:{rank_lines[per_host[last][-1]]}: the rank list stops at rank {per_host[last][-1]}, "
-            f"inside host {last} ({counts[last]} of the {usual} ranks the other hosts list): it was cut, so "
-            "the node count is unknown; give the complete log (every '#  Rank' line)"
+            f"inside host {last} ({counts[last]} of the {usual} ranks the other hosts list): it was cut "
+            "(give the complete log, every '#  Rank' line) or the last node ran fewer ranks (rerun with as "
+            "many per node)"
         )
     spread = ", ".join(f"{h}: {c}" for h, c in list(counts.items())[:4]) + (", ..." * (len(counts) > 4))
     raise ParseError(
