@@ -35,5 +35,16 @@ class Guard:
             reason,
         )
 
+    def stop(self, part: str, reason: str) -> None:
+        """Switch ``part`` off for a reason that is no failure (a peer stopped observing, as DDP's
+        Join makes it do): recorded like a failure (the manifest names it), logged once by rank 0
+        only — every rank stops at the same point for the same reason."""
+        with self._lock:
+            if part in self.failed:
+                return
+            self.failed[part] = reason
+        (LOG.warning if self.rank == 0 else LOG.info)(
+            "fabricpace observer (rank %d): %s stopped: %s; training continues", self.rank, part, reason)
+
     def ok(self, part: str) -> bool:
         return part not in self.failed

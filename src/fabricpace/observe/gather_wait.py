@@ -57,7 +57,7 @@ def wait_gather(work: Any, channel: Any, index: int, timeout_s: float) -> str | 
                 return f"the window gather did not complete within gather_timeout_s ({timeout_s:g} s)"
             if left:
                 return (f"{left[0]} peer(s) stopped observing before window gather {index} (closed early, "
-                        "or left the loop with fewer steps, e.g. DDP Join); window summaries stop here")
+                        "or out of inputs under DDP Join); no window summaries from here on")
             if watcher is None and now - t0 >= _QUIET_S and channel is not None:
                 watcher = threading.Thread(target=_watch, args=(channel, index, left, stop),
                                            name="fabricpace-gather-wait", daemon=True)

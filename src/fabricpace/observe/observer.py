@@ -580,8 +580,12 @@ class Observer:
             if gone is not None:
                 # Every remaining rank gives up at this same gather (none can complete it), so pacing
                 # goes off at the same step everywhere and the ranks' decisions still agree.
-                self.guard.fail("gather", gone)
-                self.pacer.drop("window summaries stopped: " + gone)
+                if gone.startswith("the window gather did not complete"):
+                    self.guard.fail("gather", gone)
+                    self.pacer.drop("window summaries stopped: " + gone)
+                else:  # a peer left (Join, an early close): no failure, the summaries just end
+                    self.guard.stop("gather", gone)
+                    self.pacer.stop("no more window summaries")
                 return
             matrix = out.numpy()  # (world × length): summary fields, arrival block, _PACING_FIELDS
             summaries = windows.cross_rank(matrix[:, :-_PACING_FIELDS], self.config.arrival_slots)

@@ -146,6 +146,14 @@ class SafePacer:
         if self.rank == 0:
             LOG.warning("fabricpace pacing: %s", note)
 
+    def stop(self, reason: str) -> None:
+        """Turn pacing off on this rank for a reason that is no failure (``Guard.stop``)."""
+        if self.pacer is not None:
+            pacer, self.pacer = self.pacer, None
+            self.guard.stop("pacing", reason)
+            with contextlib.suppress(Exception):
+                pacer.close()
+
     def drop(self, reason: str) -> None:
         """Turn pacing off on this rank: another rank's pacer failed, or the ranks' states differ
         (logged once)."""
