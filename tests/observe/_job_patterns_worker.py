@@ -494,6 +494,18 @@ def p_fsdp2_clip(job: Job) -> None:
 
 
 @pattern
+def p_zero(job: Job) -> None:
+    """ZeroRedundancyOptimizer (ZeRO-1: optimizer state sharded, parameters broadcast after each
+    step) under DDP, with wrap_collectives=True so its broadcasts are recorded too."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    model = DDP(net(), bucket_cap_mb=0.01)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=0.05,
+                                  momentum=0.9)
+    simple_loop(job, model, opt, wrap_collectives=True)
+
+
+@pattern
 def p_varbatch(job: Job) -> None:
     """Batch size varies per step and per rank (variable-length data)."""
     model, opt = ddp()
