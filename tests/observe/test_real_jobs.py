@@ -25,7 +25,7 @@ EARLY = ["join", "early_close"]  # a rank stops observing before the others (las
 PATTERNS = ["val", "val_wrapped", "val_in_step", "accum", "accum_flag", "static", "tiny_buckets",
             "huge_bucket", "bf16", "varbatch", "skip", "two_backward", "catch", "catch_one_rank", "sweep",
             "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank", "slow_rank_shares",
-            "gc_churn", *EARLY]
+            "gc_churn", "act_ckpt", "unused", "zero", *EARLY]
 
 
 def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> list[dict]:
@@ -111,9 +111,13 @@ def test_collectives_between_steps_count_in_no_step(matrix):
 def test_ddp_options_autocast_and_irregular_steps(matrix):
     """static_graph + gradient_as_bucket_view, one bucket per parameter, one bucket for all, bf16
     autocast, batch sizes that vary by step and rank, skipped optimizer steps, two synchronized
-    backwards per step."""
-    names = ["static", "tiny_buckets", "huge_bucket", "bf16", "varbatch", "skip", "two_backward"]
+    backwards per step, activation checkpointing, find_unused_parameters, ZeroRedundancyOptimizer."""
+    names = ["static", "tiny_buckets", "huge_bucket", "bf16", "varbatch", "skip", "two_backward",
+             "act_ckpt", "unused", "zero"]
     runs = {name: _check_matrix(matrix, name)[0] for name in names}
+    # ZeRO-1's parameter broadcasts after each step, recorded through wrap_collectives.
+    zero = load_run(runs["zero"]).collectives.filter(pl.col("rank") == 0, pl.col("op") == "broadcast")
+    assert zero.height == 6 * STEPS
     assert _buckets_per_step(runs["huge_bucket"]) == [1]
     # 6 tensors, one per bucket, except DDP's first bucket (1 MiB cap) holding the last layer's two.
     assert _buckets_per_step(runs["tiny_buckets"]) == [5]
