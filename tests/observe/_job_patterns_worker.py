@@ -506,6 +506,18 @@ def p_zero(job: Job) -> None:
 
 
 @pattern
+def p_dp_subgroups(job: Job) -> None:
+    """DDP over a data-parallel subgroup (the DP dimension of a TP×DP or HSDP layout): ranks of equal
+    parity form one DP group of their own (4 ranks: {0, 2} and {1, 3}); the observer is told to
+    leave rebalance out (``pacing=["gc", "comm"]`` in such layouts, docs/observer.md)."""
+    world = job.world
+    groups = [dist.new_group([r for r in range(world) if r % 2 == p]) for p in range(2)]
+    model = DDP(net(), bucket_cap_mb=0.01, process_group=groups[job.rank % 2])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    simple_loop(job, model, opt)
+
+
+@pattern
 def p_varbatch(job: Job) -> None:
     """Batch size varies per step and per rank (variable-length data)."""
     model, opt = ddp()
