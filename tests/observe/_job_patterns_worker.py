@@ -238,6 +238,26 @@ def p_accum(job: Job) -> None:
 
 
 @pattern
+def p_accum_micro(job: Job) -> None:
+    """Accumulation with ``obs.step()`` around each micro-batch instead of each optimizer step."""
+    model, opt = ddp()
+    job.models.append(model)
+    k = 4
+    with job.observe(model) as obs:
+        for _ in range(job.args.steps // k):
+            opt.zero_grad(set_to_none=True)
+            for m in range(k):
+                with obs.step(samples=16):
+                    ctx = model.no_sync() if m < k - 1 else contextlib.nullcontext()
+                    with ctx:
+                        x, y = job.batch()
+                        (F.cross_entropy(model(x), y) / k).backward()
+                    if m == k - 1:
+                        opt.step()
+                        job.steps_taken += 1
+
+
+@pattern
 def p_accum_flag(job: Job) -> None:
     """nanoGPT's accumulation: model.require_backward_grad_sync set by hand instead of no_sync()."""
     model, opt = ddp()

@@ -22,10 +22,10 @@ WORKER = Path(__file__).parent / "_job_patterns_worker.py"
 
 STEPS = 8
 EARLY = ["join", "early_close"]  # a rank stops observing before the others (last: nothing after them)
-PATTERNS = ["val", "val_wrapped", "val_in_step", "accum", "accum_flag", "static", "tiny_buckets",
-            "huge_bucket", "bf16", "varbatch", "skip", "two_backward", "catch", "catch_one_rank", "sweep",
-            "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank", "slow_rank_shares",
-            "gc_churn", "act_ckpt", "unused", "zero", *EARLY]
+PATTERNS = ["val", "val_wrapped", "val_in_step", "accum", "accum_flag", "accum_micro", "static",
+            "tiny_buckets", "huge_bucket", "bf16", "varbatch", "skip", "two_backward", "catch",
+            "catch_one_rank", "sweep", "two_models", "observe_twice", "fsdp2", "fsdp2_model", "slow_rank",
+            "slow_rank_shares", "gc_churn", "act_ckpt", "unused", "zero", *EARLY]
 
 
 def _launch(launcher, out: Path, pattern: str, *args: str, world: int = 2) -> list[dict]:
@@ -77,15 +77,18 @@ def _buckets_per_step(run_dir: Path) -> list[int]:
 
 def test_eval_loops_and_accumulation_leave_training_and_records_intact(matrix):
     """Validation between and inside steps (eval, no_grad forwards through DDP, all_reduce of the
-    val loss), accumulation with no_sync() and with nanoGPT's require_backward_grad_sync flag."""
+    val loss), accumulation with no_sync() and with nanoGPT's require_backward_grad_sync flag, and
+    accumulation with obs.step() around each micro-batch (rows only in the synchronized ones)."""
     base = None
-    for name in ["val", "val_in_step", "accum", "accum_flag"]:
+    for name in ["val", "val_in_step", "accum", "accum_flag", "accum_micro"]:
         (run,) = _check_matrix(matrix, name)
         # Eval forwards and no_sync backwards reduce nothing: one bucket round per step, as in training.
         per_step = _buckets_per_step(run)
         assert len(per_step) == 1, (name, per_step)
         base = base or per_step
         assert per_step == base, name
+    micro = load_run(_check_matrix(matrix, "accum_micro")[0]).collectives
+    assert set(micro["step"].to_list()) == {7}  # step 3 synchronized too, while DDP's layout was learned
     for res in matrix:
         v = res["patterns"]["val"]
         assert v["observed"]["notes"]["val_losses"] == v["plain"]["notes"]["val_losses"]
