@@ -67,9 +67,12 @@ def test_group_id_is_stable():
 
 def test_window_summary_reads_vectors_without_added_fields():
     vec = np.arange(len(WINDOW_FIELDS), dtype=float)
-    s = WindowSummary.from_array(vec[:-3])
+    # sliced by name, so a field appended later does not move what "before X" means
+    s = WindowSummary.from_array(vec[: WINDOW_FIELDS.index("arrivals_compared")])
     assert s.arrivals_compared == 0.0 and s.skew_mean_ns == 0.0 and s.leaf == -1.0
-    assert WindowSummary.from_array(vec[:-1]).leaf == -1.0  # a vector from before `leaf`
+    assert WindowSummary.from_array(vec[: WINDOW_FIELDS.index("leaf")]).leaf == -1.0  # from before `leaf`
+    old = WindowSummary.from_array(vec[: WINDOW_FIELDS.index("tail_compute_median_ns")])  # before the tail
+    assert old.leaf == float(WINDOW_FIELDS.index("leaf")) and old.tail_compute_median_ns == 0.0
     assert np.array_equal(WindowSummary.from_array(vec).to_array(), vec)
 
 
