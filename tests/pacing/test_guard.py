@@ -64,3 +64,23 @@ def test_a_promising_trial_runs_on_past_max_pairs_and_a_flat_one_stops():
     flat = [100.0 + (2.0 if w in arms_on else 0.0) + (1.5 if w % 3 == 0 else -1.5) for w in range(12)]
     _g, out = _trial(flat)
     assert out[-1] == "revert" and len(out) <= 6
+
+
+def test_a_first_pair_far_worse_beyond_noise_is_reverted_at_once():
+    """A first ON window 30% slower than its control, with little noise: the next pair would open with
+    another ON window, so the candidate is reverted after one pair. 5% slower, or 30% slower on a
+    window whose noise covers it, still waits for the second pair as before."""
+
+    def verdict(on_ms: float, err: float) -> str:
+        g = Guard(PacingConfig())
+        t = g.start(policy="rebalance", on=PacingState(shares=(0.5, 0.5)), off=PacingState(), window=0,
+                    reason="x")
+        t.arms[0] = "off"
+        t.record(0, 100.0, err)
+        g.state_for(1)
+        t.record(1, on_ms, err)
+        return g.verdict(1).decide
+
+    assert verdict(130.0, 0.5) == "revert"
+    assert verdict(105.0, 0.5) == "continue"
+    assert verdict(130.0, 20.0) == "continue"

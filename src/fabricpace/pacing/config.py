@@ -116,6 +116,10 @@ class PacingConfig:
     guard_max_pairs: int = 3
     # ...unless the estimate still favours the candidate: then up to this many pairs before reverting.
     guard_extend_pairs: int = 6
+    # A candidate whose first pair is slower than this share beyond noise (the CI's lower end) is
+    # reverted at once instead of running a second ON window (a rebalance that handed a recovered rank
+    # 6x an equal share ran two ON windows at 5x the step time before session 9).
+    guard_harm_share: float = 0.10
     guard_min_gain: float = 0.0
     guard_confidence: float = 0.90
     # Widening of the within-window standard error (steps inside a window are autocorrelated).

@@ -316,7 +316,9 @@ class Controller:
         trial.record(fleet.window, fleet.step_time, fleet.step_stderr)
         v: Verdict = self.guard.verdict(fleet.window)
         gone = self._straggler_gone(trial, fleet)
-        if gone is not None and v.decide == "continue" and v.pairs >= 1 and v.ci_low > 0:
+        # (a first pair far worse beyond noise is already a revert: the straggler verdict still applies)
+        first = v.decide == "continue" or (v.decide == "revert" and v.pairs == 1)
+        if gone is not None and first and v.pairs >= 1 and v.ci_low > 0:
             # The move hurts beyond noise and the ranks it relieves are no longer slow: nothing left
             # for it to gain, so a second pair would only run it once more (a straggler that was slow
             # for exactly the window that proposed the move, e.g. slowness wandering between nodes).

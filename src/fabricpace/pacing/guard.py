@@ -166,6 +166,10 @@ class Guard:
             decide = "keep"
         elif n >= c.guard_pairs and lo > 0.0:
             decide = "revert"  # it hurts
+        elif n >= 1 and lo > c.guard_harm_share:
+            # Far worse beyond noise after one pair: the next pair opens with another ON window, and no
+            # regression to the mean of the proposing window explains a step this much slower.
+            decide = "revert"
         elif n >= c.guard_max_pairs and not (est < 0.0 and n < c.guard_extend_pairs):
             # No gain beyond noise. A trial whose estimate still favours the policy runs on (up to
             # `guard_extend_pairs`): on a noisy host a real gain needs more pairs, and the ON windows
