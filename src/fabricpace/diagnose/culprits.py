@@ -15,8 +15,8 @@ collectives, the signal DESIGN.md prescribes). A rank is a culprit when either
   frequent or not). The mean route exists because a rank pausing 40 ms every ~6 steps of a 40 ms step
   (a real gloo run, session 9) is the slowest in only ~43% of 4 ranks' steps, below the 2/N count
   rule, although it alone cost ~21% of the run: the loss was called synchronization amplification.
-  (Lowering the count rule to 1.5/N instead named an unthrottled rank on a real run whose throttled
-  peer starved it of CPU; the mean route did not.)
+  (Lowering the count rule to 1.5/N instead also named, on a real run with rank 3 throttled, rank 2,
+  into which nothing was injected; the mean route did not.)
 """
 
 from __future__ import annotations
