@@ -67,12 +67,13 @@ def test_a_promising_trial_runs_on_past_max_pairs_and_a_flat_one_stops():
 
 
 def test_a_first_pair_far_worse_beyond_noise_is_reverted_at_once():
-    """A first ON window 30% slower than its control, with little noise: the next pair would open with
-    another ON window, so the candidate is reverted after one pair. 5% slower, or 30% slower on a
-    window whose noise covers it, still waits for the second pair as before."""
+    """With ``guard_harm_share`` set (off by default): a first ON window 30% slower than its control,
+    with little noise, is reverted after one pair (the next pair would open with another ON window).
+    5% slower, or 30% slower on a window whose noise covers it, still waits for the second pair; so
+    does everything with the default config."""
 
-    def verdict(on_ms: float, err: float) -> str:
-        g = Guard(PacingConfig())
+    def verdict(on_ms: float, err: float, harm: float = 0.10) -> str:
+        g = Guard(PacingConfig(guard_harm_share=harm))
         t = g.start(policy="rebalance", on=PacingState(shares=(0.5, 0.5)), off=PacingState(), window=0,
                     reason="x")
         t.arms[0] = "off"
@@ -84,3 +85,4 @@ def test_a_first_pair_far_worse_beyond_noise_is_reverted_at_once():
     assert verdict(130.0, 0.5) == "revert"
     assert verdict(105.0, 0.5) == "continue"
     assert verdict(130.0, 20.0) == "continue"
+    assert verdict(130.0, 0.5, harm=0.0) == "continue"

@@ -166,7 +166,7 @@ class Guard:
             decide = "keep"
         elif n >= c.guard_pairs and lo > 0.0:
             decide = "revert"  # it hurts
-        elif n >= 1 and lo > c.guard_harm_share:
+        elif c.guard_harm_share > 0 and n >= 1 and lo > c.guard_harm_share:
             # Far worse beyond noise after one pair: the next pair opens with another ON window, and no
             # regression to the mean of the proposing window explains a step this much slower.
             decide = "revert"
