@@ -218,6 +218,19 @@ class SafePacer:
                 self.dropped = True
                 self._drop(exc)
 
+    def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
+        """Samples per rank (BalancedSampler and ``find_batch_counts`` reach the pacer through here,
+        so taking the batch this way counts as taking it from the pacer, like ``batch_share``)."""
+        self.shares_asked = True
+        fn = getattr(self.pacer, "batch_counts", None) if self.pacer is not None else None
+        if fn is not None:
+            try:
+                return [int(v) for v in fn(global_batch, step)]
+            except Exception as exc:
+                self.dropped = True
+                self._drop(exc)
+        return [equal_share(global_batch, r, self.world) for r in range(self.world)]
+
     def batch_share(self, global_batch: int) -> int:
         self.shares_asked = True
         if self.pacer is not None:
