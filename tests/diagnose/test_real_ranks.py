@@ -102,3 +102,24 @@ def test_a_second_slow_rank_behind_a_slower_one_is_named_too():
     f = next(f for f in d.findings if f.mode == "persistent_straggler")
     assert f.culprits.ranks == [1, 3]
     assert f.evidence["cause"] == "slower own compute"
+
+
+def test_a_rank_that_left_early_gives_no_numpy_warnings(recorded):
+    """Derived from the recorded healthy run: rank 3 stops recording at step 200 of 240, as a rank
+    whose inputs ran out under DDP Join does (U10's real loop). The diagnosis skips the empty cells;
+    numpy's All-NaN / degrees-of-freedom RuntimeWarnings used to reach the user's terminal."""
+    import warnings
+
+    import polars as pl
+
+    run = recorded("healthy")
+    for table, step_col in (("steps", "step"), ("collectives", "step")):
+        parts = sorted((run / table).rglob("*.parquet"))
+        assert parts
+        for part in parts:
+            df = pl.read_parquet(part)
+            df.filter(~((pl.col("rank") == 3) & (pl.col(step_col) >= 200))).write_parquet(part)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        d = diagnose(run)
+    assert d.runs[0].steps_used > 150

@@ -4,6 +4,7 @@ and add the scaling analysis when runs of several sizes are given. Writes nothin
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -209,15 +210,22 @@ def diagnose(
     for p in paths:
         if progress:
             progress(str(p))
-        m = _metrics(p, cfg, chunk_progress)
-        f, a, s = diagnose_metrics(m, cfg, cl)
+        # Cells without data are NaN by design (a rank that left early under DDP Join, steps a rank
+        # did not record) and every reduction skips them; numpy's "All-NaN slice" / "Degrees of
+        # freedom" RuntimeWarnings about such columns reached the user's terminal as noise.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            m = _metrics(p, cfg, chunk_progress)
+            f, a, s = diagnose_metrics(m, cfg, cl)
         findings += f
         abstained += a
         runs.append(s)
         all_metrics.append(m)
     scale = None
     if len(all_metrics) > 1:
-        scale, why = scaling.analyse(all_metrics)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            scale, why = scaling.analyse(all_metrics)
         if why:
             abstained.append(Abstention(run="*", mode="scaling", reason=why))
         elif scale is not None:
