@@ -50,6 +50,7 @@ from fabricpace.observe.pacer import SafePacer, load_pacer, pacing_mode
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason, finish_rank0
 from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
+from fabricpace.observe.spans import Span, StepContext
 from fabricpace.observe.window_log import WindowLog
 from fabricpace.run.manifest import Manifest, write_manifest
 from fabricpace.run.window import WindowSummary
@@ -61,75 +62,6 @@ _PACING_FIELDS = 3
 
 RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
 _SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
-
-
-class _StepContext:
-    """Reused for every step so entering a step allocates nothing."""
-
-    __slots__ = ("obs",)
-
-    def __init__(self, obs: Observer) -> None:
-        self.obs = obs
-
-    def __enter__(self) -> _StepContext:
-        self.obs._begin_step()
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is None:
-            self.obs._end_step()
-        else:
-            self.obs._end_failed_step()
-
-
-class _Span:
-    """``obs.phase(name)`` and ``obs.collective(name, nbytes)``.
-
-    A ``data`` phase on the event timeline (CUDA) also stamps both of its ends on the stream: the
-    step's data time is then the device time between them (``Recorder.poll``), not the host
-    duration, because the step span it is subtracted from is device time. Two event records per data
-    phase (a few µs); nothing on the host clock, nothing for other phases. The ops row keeps the host
-    span of every phase."""
-
-    __slots__ = ("kind", "name", "nbytes", "obs", "rec", "t0")
-
-    def __init__(self, obs: Observer, kind: str, name: str, nbytes: int) -> None:
-        self.obs, self.kind, self.name, self.nbytes = obs, kind, name, nbytes
-        self.rec: Any = None
-        self.t0 = 0
-
-    def __enter__(self) -> _Span:
-        obs = self.obs
-        if obs.recording:
-            if self.kind == "phase":
-                self.t0 = obs.clock.now()
-                if obs._data_events and self.name == "data":
-                    try:
-                        self.rec = obs.recorder.mark()
-                    except Exception as exc:  # never into the user's loop
-                        obs._fail_recording(exc)
-            else:
-                self.rec = obs.recorder.enter(self.kind, self.name, self.nbytes, True)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        obs = self.obs
-        if not obs.recording:
-            return
-        if self.kind == "phase":
-            rec, self.rec = self.rec, None
-            if rec is not None:  # a data phase stamped on the device: its time comes from the stamps
-                try:
-                    obs.recorder.data_marks.append((rec, obs.recorder.mark()))
-                except Exception as exc:
-                    obs._fail_recording(exc)
-                    return
-            dur = obs.clock.now() - self.t0
-            if rec is None and self.name == "data":
-                obs._data_ns += dur
-            obs.recorder.phase(self.name, self.t0, dur)
-        elif self.rec is not None:
-            obs.recorder.exit(self.rec)
 
 
 class Observer:
@@ -191,7 +123,7 @@ class Observer:
         self._metrics: Any = None
         self._clock_jobs: queue.Queue[int | None] | None = None
         self._clock_thread: threading.Thread | None = None
-        self._ctx = _StepContext(self)
+        self._ctx = StepContext(self)
         self._rank_row: dict[str, Any] = {}
         # DDP instrumentation: "hook" (Python comm hook) or "grad_hooks" (ddp_probe), None without DDP.
         self.ddp_mode: str | None = None
@@ -261,7 +193,7 @@ class Observer:
 
             timeline = EventTimeline(self.clock, event_source or CudaEventSource(startup.cuda_device(model)))
         self.recorder = Recorder(timeline)
-        self._data_events = self.recorder.deferred  # data phases in device time (see _Span)
+        self._data_events = self.recorder.deferred  # data phases in device time (see spans.Span)
         self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
         if self.rank == 0:
             self._window_log = WindowLog(self.sink)
@@ -397,18 +329,18 @@ class Observer:
             self.guard.fail("writing", exc)
 
     # ------------------------------------------------------------------ hot path
-    def step(self, samples: int = 0) -> _StepContext:
+    def step(self, samples: int = 0) -> StepContext:
         """Context manager around one training step; ``samples`` = this rank's samples in it."""
         self._samples = samples
         return self._ctx
 
-    def phase(self, name: str) -> _Span:
+    def phase(self, name: str) -> Span:
         """Time a phase of the step (``"data"`` counts as data time)."""
-        return _Span(self, "phase", name, 0)
+        return Span(self, "phase", name, 0)
 
-    def collective(self, name: str, nbytes: int = 0, group: str = "world") -> _Span:
+    def collective(self, name: str, nbytes: int = 0, group: str = "world") -> Span:
         """Record a blocking collective issued by hand (arrival on enter, completion on exit)."""
-        return _Span(self, group, name, nbytes)
+        return Span(self, group, name, nbytes)
 
     def batch_share(self, global_batch: int) -> int:
         """This rank's samples of ``global_batch`` for the next step (equal split when pacing is off)."""

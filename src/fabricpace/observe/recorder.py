@@ -299,7 +299,7 @@ class Recorder:
         self._pending: list[tuple[Any, ...]] = []  # ended steps waiting for their device events (CUDA)
         self._raw: list[int] = []  # ended, resolved steps: _RAW ints each
         self._rounds: list[_Rounds] = []
-        # CUDA path: (enter, exit) stamps of the running step's data phases (observer._Span).
+        # CUDA path: (enter, exit) stamps of the running step's data phases (spans.Span).
         self.data_marks: list[tuple[Any, Any]] = []
         if self.deferred:
             self.begin = self._begin_events  # type: ignore[method-assign]

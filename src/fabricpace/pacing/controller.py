@@ -18,108 +18,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
+from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries
 from fabricpace.pacing.guard import Guard, Trial, Verdict
 from fabricpace.pacing.placement import plan_placement
-from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, fixed_step_cost, speed_shares
+from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.run.window import WindowSummary
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fleet:
-    """Fleet-level view of one window (arrays are indexed by rank)."""
-
-    window: int
-    step_time: float  # mean step time (ns), the lowest over ranks (see fleet_view)
-    step_stderr: float  # standard error of that mean (within-window spread / sqrt(steps))
-    gc_share: float
-    wait_share: float
-    transfer: float
-    compute: np.ndarray
-    cps: np.ndarray  # compute per sample, without the fixed per-step part `fixed`
-    samples: np.ndarray
-    last_share: np.ndarray
-    has_arrivals: bool
-    rss: float
-    steps: float  # steps in the window
-    gc_per_step: float  # automatic collections per rank and step (median over ranks)
-    gc_ranks: float  # share of the ranks that collected at least once in the window
-    fixed: float = 0.0  # per-step compute that does not scale with samples (ns; 0 = not known)
-    # compute per sample over the window's last steps (as ``cps``), or None when a rank did not send it
-    tail_cps: np.ndarray | None = None
-    tail_samples: np.ndarray | None = None  # mean samples per step over those steps
-
-
-def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
-    """Validate one window's summaries (one per rank, same window) and aggregate them."""
-    if len(summaries) != world_size:
-        raise ValueError(f"expected {world_size} window summaries, got {len(summaries)}")
-    rows = sorted(summaries, key=lambda s: s.rank)
-    if [s.rank for s in rows] != list(range(world_size)):
-        raise ValueError("window summaries must hold each rank exactly once")
-    windows = {s.window for s in rows}
-    if len(windows) != 1:
-        raise ValueError(f"window summaries mix windows {sorted(windows)}")
-    a = np.stack([s.to_array() for s in rows])
-    col = {name: a[:, i] for i, name in enumerate(WindowSummary.__dataclass_fields__)}
-    # Every rank runs the same synchronous steps; a one-off stall at a window boundary (rank 0 writing
-    # decisions while the others already started the next step) lands on some ranks only, so the
-    # fastest rank's mean is the cleanest estimate of the fleet's step time.
-    step = float(np.min(col["step_mean_ns"]))
-    steps = max(float(np.median(col["steps"])), 1.0)
-    stderr = float(np.median(col["step_std_ns"])) / math.sqrt(steps)
-    samples = col["samples_mean"]
-    fixed = fixed_step_cost(col["compute_median_ns"], samples)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fallback = np.where(samples > 0, col["compute_median_ns"] / samples, np.nan)
-        cps = np.where(col["compute_per_sample_ns"] > 0, col["compute_per_sample_ns"], fallback)
-        if fixed > 0:  # ranks run different sample counts: per-sample cost without the fixed part
-            cps = np.where(samples > 0, (col["compute_median_ns"] - fixed) / samples, cps)
-        tail_c, tail_n = col["tail_compute_median_ns"], col["tail_samples_mean"]
-        tail_cps = (tail_c - fixed) / tail_n if bool(np.all((tail_c > 0) & (tail_n > 0))) else None
-        colls = col["collectives"]
-        last = np.where(colls > 0, col["last_arrivals"] / np.maximum(colls, 1.0), 0.0)
-    safe = step if step > 0 else float("nan")
-    return Fleet(
-        window=int(rows[0].window),
-        step_time=step,
-        step_stderr=stderr,
-        gc_share=max(float(np.mean(col["gc_mean_ns"])), _amplified_gc_ns(col, steps)) / safe,
-        wait_share=float(np.median(col["wait_mean_ns"])) / safe,
-        transfer=float(np.median(col["transfer_mean_ns"])),
-        compute=col["compute_median_ns"],
-        cps=cps,
-        samples=samples,
-        last_share=last,
-        has_arrivals=bool(np.all(colls > 0)),
-        rss=float(np.max(col["rss_bytes"])),
-        steps=steps,
-        gc_per_step=float(np.median(col["gc_count"])) / steps,
-        gc_ranks=float(np.mean(col["gc_count"] > 0)),
-        fixed=fixed,
-        tail_cps=tail_cps if tail_cps is not None and bool(np.all(np.isfinite(tail_cps))) else None,
-        tail_samples=col["tail_samples_mean"],
-    )
-
-
-def _amplified_gc_ns(col: dict[str, np.ndarray], steps: float) -> float:
-    """Expected GC time per step that a synchronous step pays: any rank's pause delays everyone.
-
-    With ``lam`` collections per step across the fleet and a mean pause ``p`` per collection, a step
-    contains at least one pause with probability ``1 - exp(-lam)``; unaligned, that pause is paid by
-    the whole fleet (aligned, each rank's own pauses cost only their mean).
-    """
-    count = float(np.sum(col["gc_count"]))
-    if count <= 0:
-        return 0.0
-    pause = float(np.sum(col["gc_mean_ns"])) * steps / count
-    lam = count / steps
-    return pause * (1.0 - math.exp(-lam))
 
 
 class Controller:
@@ -697,17 +606,6 @@ class Controller:
             if pol == "rebalance" and cand.shares is not None:
                 value = cand.shares[rank] * self.world_size
             self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
-
-
-def leaves_from_summaries(summaries: Sequence[WindowSummary], world_size: int) -> tuple[int, ...] | None:
-    """Leaf of every rank (numbered 0, 1, ... by first appearance in rank order) from the summaries'
-    ``leaf`` ids; None unless every rank reported one and there are at least two leaves."""
-    ids: dict[int, float] = {s.rank: s.leaf for s in summaries}
-    if len(ids) != world_size or any(ids.get(r, -1.0) < 0 for r in range(world_size)):
-        return None
-    number: dict[float, int] = {}
-    leaves = tuple(number.setdefault(ids[r], len(number)) for r in range(world_size))
-    return leaves if len(number) >= 2 else None
 
 
 def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
