@@ -193,7 +193,9 @@ def test_end_to_end_run_and_diagnosis(tmp_path, gpu_busy):
     `diagnose`: loading hidden behind GPU work is no input stall; loading on an idle GPU is one."""
     from fabricpace.diagnose.engine import diagnose
 
-    work, load = (30 * MS, 0.008) if gpu_busy else (5 * MS, 0.020)
+    # Busy GPU: 80 ms queued against 8 ms of loading, so a loaded machine that oversleeps the 8 ms
+    # by up to 70 ms still finds the queue busy (30 ms failed once under a load average of ~15).
+    work, load = (80 * MS, 0.008) if gpu_busy else (5 * MS, 0.020)
     obs, fake = _observer(tmp_path, "busy" if gpu_busy else "idle")
     with obs:
         for _ in range(14):
@@ -208,7 +210,7 @@ def test_end_to_end_run_and_diagnosis(tmp_path, gpu_busy):
     share = steps["data_ns"].sum() / span
     modes = [f.mode for f in diagnose(obs.run_dir).findings]
     if gpu_busy:
-        assert share < 0.01, share  # ~0.27 with host data time (the code before session 8)
+        assert share < 0.01, share  # ~0.1 with host data time (the code before session 8)
         assert (steps["compute_ns"] >= work - 1_000).all()
         assert "input_stall" not in modes
     else:
