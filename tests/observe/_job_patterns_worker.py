@@ -332,9 +332,8 @@ def p_bf16(job: Job) -> None:
                 job.steps_taken += 1
 
 
-@pattern
-def p_fsdp2(job: Job) -> None:
-    """FSDP2 fully_shard per layer and at the root; the observer records plain collectives."""
+def fsdp2_net() -> torch.nn.Sequential:
+    """``net()`` sharded with FSDP2: each Linear layer, then the root (torchtitan's layout)."""
     from torch.distributed.fsdp import fully_shard
 
     model = net()
@@ -342,6 +341,13 @@ def p_fsdp2(job: Job) -> None:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     fully_shard(model)
+    return model
+
+
+@pattern
+def p_fsdp2(job: Job) -> None:
+    """FSDP2 fully_shard per layer and at the root; the observer records plain collectives."""
+    model = fsdp2_net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     job.models.append(model)
     with job.observe(None, wrap_collectives=True) as obs:
@@ -353,13 +359,7 @@ def p_fsdp2(job: Job) -> None:
 @pattern
 def p_fsdp2_model(job: Job) -> None:
     """FSDP2 with the sharded module passed as ``model`` and nothing else (what a user tries first)."""
-    from torch.distributed.fsdp import fully_shard
-
-    model = net()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+    model = fsdp2_net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     simple_loop(job, model, opt)
 
@@ -492,13 +492,7 @@ def p_unused(job: Job) -> None:
 @pattern
 def p_fsdp2_clip(job: Job) -> None:
     """FSDP2 with gradient clipping on the DTensor gradients (torchtitan's loop)."""
-    from torch.distributed.fsdp import fully_shard
-
-    model = net()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+    model = fsdp2_net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     job.models.append(model)
     with job.observe(model) as obs:
