@@ -1,7 +1,7 @@
 """Pacing on hand-written scenario folders (benchmarks/scenarios_unseen2), run through the real CLI.
 
     .venv/bin/python benchmarks/pacing_unseen2.py                       # every folder (~20-30 min, niced)
-    .venv/bin/python benchmarks/pacing_unseen2.py --only t0 --only p05  # folders whose name contains t0 or p05
+    .venv/bin/python benchmarks/pacing_unseen2.py --only t0 --only p05  # names containing t0 or p05
     .venv/bin/python benchmarks/pacing_unseen2.py --snapshot            # on a copy of src/ at HEAD
     .venv/bin/python benchmarks/pacing_unseen2.py --keep /tmp/u2 --json /tmp/u2.json --decisions
 
@@ -155,20 +155,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", type=Path, help="write the studies here (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
     ap.add_argument("--repeats", type=int, help="override every scenario's repeats")
+    ap.add_argument("--seed", type=int, help="study --seed (seed of repeat 0; default the CLI's, 1)")
+    ap.add_argument("--window", type=int, help="override every scenario's --window")
     ap.add_argument("--decisions", action="store_true", help="print the decisions of every paced run")
     ap.add_argument("--snapshot", nargs="?", const="HEAD", help="run on a copy of src/ at REV (HEAD)")
     args = ap.parse_args(argv)
     if args.snapshot and not os.environ.get("FP_UNSEEN2_SNAPSHOT"):
-        reexec_on_snapshot(args.snapshot, [a for a in (argv or sys.argv[1:]) if not a.startswith("--snapshot")])
+        rest = [a for a in (argv or sys.argv[1:]) if not a.startswith("--snapshot")]
+        reexec_on_snapshot(args.snapshot, rest)
     folders = sorted(d for d in args.dir.iterdir() if (d / "scenario.yaml").is_file())
     if args.only:
         folders = [d for d in folders if any(s in d.name for s in args.only)]
     keep = args.keep or Path(tempfile.mkdtemp(prefix="fp-unseen2-"))
     keep.mkdir(parents=True, exist_ok=True)
     version = os.environ.get("FP_UNSEEN2_SNAPSHOT") or "working tree"
-    print(f"# pacing on {len(folders)} unseen scenarios (code: {version}; studies in {keep})", file=sys.stderr)
-    table = ["| scenario | nodes | baseline samples/s | Δ throughput [95% CI] | CV base → paced (Δ [CI]) | verdict "
-             "| decisions seen |", "|---|---|---|---|---|---|---|"]
+    print(f"# pacing on {len(folders)} unseen scenarios (code: {version}; studies in {keep})",
+          file=sys.stderr)
+    table = ["| scenario | nodes | baseline samples/s | Δ throughput [95% CI] | CV base → paced (Δ [CI]) "
+             "| verdict | decisions seen |", "|---|---|---|---|---|---|---|"]
     everything: list[dict[str, Any]] = []
     worse: list[tuple[str, dict[str, Any]]] = []
     for k, folder in enumerate(folders):
@@ -176,9 +180,15 @@ def main(argv: list[str] | None = None) -> None:
         if out.exists():
             print(f"[{k + 1}/{len(folders)}] {folder.name}: {out} exists, skipped", file=sys.stderr)
             continue
-        extra = (folder / "study-args.txt").read_text().split() if (folder / "study-args.txt").is_file() else []
+        args_file = folder / "study-args.txt"
+        extra = args_file.read_text().split() if args_file.is_file() else []
         if args.repeats:
             extra += ["--repeats", str(args.repeats)]
+        if args.seed is not None:
+            extra += ["--seed", str(args.seed)]
+        if args.window:
+            extra = [x for i, x in enumerate(extra) if x != "--window" and (i == 0 or extra[i - 1] != "--window")]
+            extra += ["--window", str(args.window)]
         res = run_study(folder, out, extra)
         rows = analyse(res, out) if "json" in res else []
         for r in rows:
@@ -196,13 +206,14 @@ def main(argv: list[str] | None = None) -> None:
             table.append(line)
             print(line, flush=True)
         print(f"[{k + 1}/{len(folders)}] {folder.name}: {res['wall_s']:.0f} s", file=sys.stderr, flush=True)
-        everything.append({"scenario": folder.name, "cmd": res["cmd"], "rc": res["rc"], "wall_s": res["wall_s"],
-                           "problems": res["problems"], "rows": rows})
+        everything.append({"scenario": folder.name, "cmd": res["cmd"], "rc": res["rc"],
+                           "wall_s": res["wall_s"], "problems": res["problems"], "rows": rows})
     print("\n".join(table))
     if worse:
         print("\n## WORSE rows: decisions of the paced runs")
         for name, r in worse:
-            print(f"\n{name} at {r['nodes']} nodes: {r['delta_pct']:+.2f}% [{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}], "
+            print(f"\n{name} at {r['nodes']} nodes: {r['delta_pct']:+.2f}% "
+                  f"[{r['delta_lo']:+.2f}, {r['delta_hi']:+.2f}], "
                   f"per repeat {', '.join(f'{x:+.2f}' for x in r['per_repeat_pct'])}; {r['cv_verdict']} "
                   f"{' '.join(r['errors'])}")
             for rep, ds in r["decisions"].items():
