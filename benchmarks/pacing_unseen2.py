@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.seed is not None:
             extra += ["--seed", str(args.seed)]
         if args.window:
-            extra = [x for i, x in enumerate(extra) if x != "--window" and (i == 0 or extra[i - 1] != "--window")]
+            drop = {i for i, x in enumerate(extra) if x == "--window"}
+            extra = [x for i, x in enumerate(extra) if i not in drop and i - 1 not in drop]
             extra += ["--window", str(args.window)]
         res = run_study(folder, out, extra)
         rows = analyse(res, out) if "json" in res else []
