@@ -1,7 +1,7 @@
 """Pacing on hand-written scenario folders (benchmarks/scenarios_unseen2), run through the real CLI.
 
     .venv/bin/python benchmarks/pacing_unseen2.py                       # every folder (~20-30 min, niced)
-    .venv/bin/python benchmarks/pacing_unseen2.py --only t0 --only p05  # names containing t0 or p05
+    .venv/bin/python benchmarks/pacing_unseen2.py --only t0 --only p05  # names starting t0 or p05
     .venv/bin/python benchmarks/pacing_unseen2.py --snapshot            # on a copy of src/ at HEAD
     .venv/bin/python benchmarks/pacing_unseen2.py --keep /tmp/u2 --json /tmp/u2.json --decisions
 
@@ -150,7 +150,7 @@ def reexec_on_snapshot(rev: str, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", action="append", default=[], help="run folders whose name contains this")
+    ap.add_argument("--only", action="append", default=[], help="run folders whose name starts with this")
     ap.add_argument("--dir", type=Path, default=SCENARIOS, help="folder of scenario folders")
     ap.add_argument("--keep", type=Path, help="write the studies here (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="also write every row as JSON here")
@@ -161,11 +161,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--snapshot", nargs="?", const="HEAD", help="run on a copy of src/ at REV (HEAD)")
     args = ap.parse_args(argv)
     if args.snapshot and not os.environ.get("FP_UNSEEN2_SNAPSHOT"):
-        rest = [a for a in (argv or sys.argv[1:]) if not a.startswith("--snapshot")]
+        given = list(argv or sys.argv[1:])
+        at = next(i for i, a in enumerate(given) if a.startswith("--snapshot"))
+        has_rev = given[at] == "--snapshot" and at + 1 < len(given) and not given[at + 1].startswith("-")
+        skip = 2 if has_rev else 1
+        rest = given[:at] + given[at + skip :]
         reexec_on_snapshot(args.snapshot, rest)
     folders = sorted(d for d in args.dir.iterdir() if (d / "scenario.yaml").is_file())
     if args.only:
-        folders = [d for d in folders if any(s in d.name for s in args.only)]
+        folders = [d for d in folders if any(d.name.startswith(s) for s in args.only)]
     keep = args.keep or Path(tempfile.mkdtemp(prefix="fp-unseen2-"))
     keep.mkdir(parents=True, exist_ok=True)
     version = os.environ.get("FP_UNSEEN2_SNAPSHOT") or "working tree"
