@@ -72,6 +72,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--pin-gc-rank", type=int, default=None,
                    help="every rank pins lockstep GC every 5 steps, this rank every 7 (states differ)")
     p.add_argument("--sleep-ms", type=float, default=0.0, help="sleep per step (slows the job down)")
+    p.add_argument("--batch-share", action="store_true",
+                   help="the loop asks obs.batch_share(16) every step (so rebalance stays in the policies)")
     return p.parse_args()
 
 
@@ -126,6 +128,8 @@ def main() -> int:
                 if mine and a.fault == "raise-before":
                     _mark(out)
                     raise UserBoom(f"user error on rank {rank} at step {i}")
+                if a.batch_share and obs is not None:
+                    obs.batch_share(16)
                 with obs.step(samples=8) if obs is not None else _Null():
                     if mine:
                         _fault(a.fault, out, obs)

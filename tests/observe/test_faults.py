@@ -298,6 +298,23 @@ def test_a_rank_local_pacing_failure_turns_pacing_off_on_every_rank(launcher, tm
     assert "pacing went off on rank 1" in recs[0]["failures"]["pacing"]
 
 
+def test_a_controller_timeout_with_rebalance_on_ends_the_window_summaries_without_a_stall(launcher, tmp_path):
+    # With rebalance among the policies, the other ranks may close the open window early (a rebalance
+    # trial's short probe window); rank 1, whose controller did not return, cannot know. It leaves
+    # the window gathers as a rank under DDP's Join does: the peers' next gather ends at once (before,
+    # a peer closing its window early would wait for rank 1's contribution while rank 1 waits for it
+    # in DDP's all-reduce, until gather_timeout_s). A 60 s gather timeout makes such a stall fail this
+    # test's 45 s limit.
+    recs = _launch(launcher, tmp_path, "none", "--pacing", "auto", "--pacer-timeout-rank", "1",
+                   "--batch-share", "--steps", "24", "--window", "4", "--gather-timeout", "60",
+                   timeout=45)
+    assert all(r["end"] == "ok" for r in recs)
+    off = [r.get("pacer_off_step") for r in recs]
+    assert None not in off, f"pacing still on at the end on some rank: {off}"
+    assert "pacing failed on this rank" in recs[1]["failures"]["gather"]
+    assert "stopped observing before window gather" in recs[0]["failures"]["gather"]
+
+
 def test_pacing_states_that_differ_between_ranks_turn_pacing_off_on_every_rank(launcher, tmp_path):
     # Every rank decides from the same gathered windows, so their pacing states agree — unless
     # something rank-local intervenes (here: rank 1 pinned to another GC interval; in a real job,

@@ -9,6 +9,7 @@ batch is the same and losses are weighted by sample count; only the float summat
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -110,3 +111,31 @@ def test_comm_gate_never_blocks_past_its_budget():
     t0 = time.perf_counter()
     gate.before(1)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_rebalance_trial_probes_with_a_short_window_on_every_rank(bench, tmp_path):
+    """The first ON window of a rebalance trial is closed early (5 steps of moved samples after the
+    shares apply, instead of the usual 20-step window), at the same step on every rank: every rank's
+    summary of every window covers the same steps, and parameters still match an unpaced run."""
+    import polars as pl
+
+    kw = {
+        "world": 3, "steps": 80, "window": 20, "global_batch": 48, "hidden": 64, "slow_rank": 1,
+        "slow_ms_per_sample": 0.5, "dump_params": True, "timeout": 150.0, "driver": "observer",
+    }  # fmt: skip
+    off = bench.run_training(pacing="off", **kw)
+    reb = bench.run_training(pacing="rebalance", run_dir=str(tmp_path), **kw)
+    enables = [d for d in reb["decisions"] if d["policy"] == "rebalance" and d["action"] == "enable"]
+    assert enables and enables[0]["rank"] == 1, reb["decisions"]
+    w = pl.read_parquet(tmp_path / "obs-rebalance" / "windows.parquet")
+    per = w.group_by("window").agg(
+        pl.col("first_step").n_unique().alias("firsts"), pl.col("steps").n_unique().alias("lengths"),
+        pl.col("first_step").min(), pl.col("steps").max(),
+    ).sort("window")  # fmt: skip
+    assert per["firsts"].max() == 1 and per["lengths"].max() == 1, per  # every rank, the same steps
+    probe = per.filter(pl.col("first_step") <= enables[0]["step"]).tail(1)
+    # the window open when the trial started: 1-2 steps before the decision, 4 of share lag, 5 of probe
+    assert probe["steps"][0] < kw["window"], per
+    assert [int(s) for s in per["first_step"]] == [0, *itertools.accumulate(per["steps"][:-1])], per
+    a, b = np.asarray(off["params_f"]), np.asarray(reb["params_f"])
+    assert np.allclose(a, b, rtol=1e-5, atol=1e-6), float(np.abs(a - b).max())

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fabricpace.pacing import Controller
+from fabricpace.pacing import Controller, PacingConfig
 from fabricpace.pacing.rebalance import fixed_step_cost
 from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
 
@@ -168,3 +168,53 @@ def test_a_group_just_above_the_trigger_is_not_lost_to_one_noisy_tail(summaries)
         window = summaries(w, 8, compute_ms=comp, last=last, samples=256.0, step_ms=45.0)
         _, out = ctl.update(50 * (w + 1), _with_tail(window, tail))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"], out
+
+
+def test_a_rebalance_trial_opens_with_a_short_probe_window(summaries):
+    """The first ON window of a rebalance trial lasts a fifth of the proposing window (at least 5 steps):
+    a straggler gone right after the proposing window costs those steps, not a whole window."""
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    ctl = Controller(4, policies=["rebalance"])
+    state, out = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    assert [d.policy for d in out if d.action == "enable"] == ["rebalance"] and state.shares is not None
+    assert ctl.next_window_steps == 10
+    off = Controller(4, PacingConfig(rebalance_probe_share=0.0), policies=["rebalance"])
+    off.update(50, summaries(0, compute_ms=comp, last=last))
+    assert off.guard.trial is not None and off.next_window_steps is None
+    # a 20-step window gives 5 (the floor); no trial, no probe
+    short = Controller(4, policies=["rebalance"])
+    short.update(20, summaries(0, compute_ms=comp, last=last, steps=20))
+    assert short.next_window_steps == 5
+    quiet = Controller(4, policies=["rebalance"])
+    quiet.update(50, summaries(0))
+    assert quiet.next_window_steps is None
+
+
+def test_a_gc_trial_keeps_whole_windows(summaries):
+    ctl = Controller(4, policies=["gc"])
+    heavy = {"gc_ms": [30.0] * 4, "gc_count": [2.0] * 4}
+    state, _ = ctl.update(50, summaries(0, **heavy))
+    assert state.gc_interval is not None and ctl.guard.trial is not None
+    assert ctl.next_window_steps is None
+
+
+def test_a_move_whose_straggler_left_is_reverted_even_when_its_on_window_looks_faster(summaries):
+    """A node fault that ends exactly where the proposing window ends, after three quiet windows: the
+    ON window is faster than the slow proposing window, but the fault's own jump (100 -> 150 ms) is the
+    only change between untreated windows, so the drift it adds to the CI kept the guard from keeping
+    (or reverting) after one pair, and the move ran through a second ON window (-2.4% on the paper
+    workload at 4 nodes). Rank 3 is no longer slow per sample in the ON window: reverted at once."""
+    ctl = Controller(4, policies=["rebalance"])
+    for w in range(3):
+        ctl.update(50 * (w + 1), summaries(w, step_ms=100.0 + (w % 2), compute_ms=60.0))
+    comp, last = [60.0, 60.0, 60.0, 90.0], [0.0, 0.0, 0.0, 40.0]
+    state, out = ctl.update(200, summaries(3, step_ms=150.0, compute_ms=comp, last=last))
+    assert [d.policy for d in out if d.action == "enable"] == ["rebalance"]
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    even = [60.0 / 16 * n for n in counts]  # rank 3 at the fleet's speed per sample again
+    state, out = ctl.update(210, summaries(4, step_ms=110.0, compute_ms=even, samples=counts, steps=10))
+    assert [(d.policy, d.action) for d in out] == [("rebalance", "note"), ("guard", "revert")], out
+    assert "its straggler is gone" in out[1].reason
+    assert state.shares is None and ctl.kept.shares is None and ctl.guard.trial is None

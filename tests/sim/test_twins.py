@@ -353,7 +353,8 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     """A different node is 1.3x slow in each window (a user's noise file; benchmark case
     "wandering-node-per-window"). The move tried for window 0's node runs while the next node is slow:
     it is reverted after its first ON window (before: after two ON windows, -2.1% on the paper
-    workload), and no move is tried at once again."""
+    workload), which is a short probe of 10 steps (session 10: before, a whole 50-step window), and no
+    move is tried at once again."""
     from fabricpace.pacing import Controller
     from fabricpace.study.metrics import summarize_run
 
@@ -380,6 +381,6 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     d = r.pacing
     assert d.filter(pl.col("action") == "enable").height == 1, d
     revert = d.filter(pl.col("action") == "revert")
-    assert revert["step"].to_list() == [100] and "it hurts" in revert["reason"][0]
-    # one ON window of 250 measured steps at the slower level
-    assert paced >= 0.98 * base, paced / base - 1
+    assert revert["step"].to_list() == [60] and "it hurts" in revert["reason"][0]
+    # one 10-step ON probe of 250 measured steps at the slower level
+    assert paced >= 0.995 * base, paced / base - 1

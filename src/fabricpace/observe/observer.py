@@ -239,16 +239,16 @@ class Observer:
             self._clock_thread.start()
         self.recording = True
 
-    def _joined(self) -> None:
-        """This rank's inputs ran out under DDP's ``Join``: it starts no more window gathers, so tell
-        the peers (``gather_wait``) which gather it will not join. Once; the Store call runs on a
-        helper thread (Join's shadowing loop must not wait on the Store)."""
+    def _joined(self, why: str = "joined (DDP Join)") -> None:
+        """This rank's inputs ran out under DDP's ``Join`` (or ``why``): it starts no more window
+        gathers, so tell the peers (``gather_wait``) which gather it will not join. Once; the Store
+        call runs on a helper thread (Join's shadowing loop must not wait on the Store)."""
         if self._left_at is not None or self.closed or not self.distributed:
             return
         self._left_at = sent = self._windows_closed
         channel = self.channel
-        LOG.info("fabricpace observer (rank %d): joined (DDP Join) after %d windows; window summaries "
-                 "end there for every rank", self.rank, sent)
+        LOG.info("fabricpace observer (rank %d): %s after %d windows; window summaries end there for "
+                 "every rank", self.rank, why, sent)
 
         def tell() -> None:
             try:
@@ -538,6 +538,7 @@ class Observer:
             self._window_log.add(summaries)
         self._window_index += 1
         self.pacer.on_window(self.step_index, summaries)
+        self._plan_window()
         if self._lazy_hook:
             ddp_instrument.maybe_install_hook(self)
         if self.rank == 0:
@@ -545,6 +546,21 @@ class Observer:
         if (self._clock_jobs is not None and cfg.clock_every > 0
                 and (self.step_index + 1) % cfg.clock_every < cfg.window):
             self._clock_jobs.put(self._window_index)
+
+    def _plan_window(self) -> None:
+        """Close the open window early when the pacer asks (a rebalance trial's short first ON window;
+        every rank's controller decides the same). A rank whose pacer failed alone in this window
+        cannot know whether its peers close early: it leaves the window gathers, as a rank that
+        joined under DDP's Join does, so their next gather ends at once instead of waiting for a
+        contribution that would come at another step (with DDP between them, never)."""
+        known, end = self.pacer.next_window()
+        if not known and self.distributed:
+            self._joined("pacing failed on this rank alone")
+            self.guard.stop("gather", "pacing failed on this rank; window summaries end here")
+            self.pacer.drop("its controller did not return in time on this rank")
+        elif end is not None and end < self._next_window:
+            self._next_window = max(self._ended + 1, end)
+            self._next_event = min(self._next_event, self._next_window)
 
     def _report(self, summaries: list[WindowSummary]) -> None:
         from fabricpace.observe.status import print_status, status_line, window_stats

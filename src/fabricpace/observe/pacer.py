@@ -218,6 +218,17 @@ class SafePacer:
                 self.dropped = True
                 self._drop(exc)
 
+    def next_window(self) -> tuple[bool, int | None]:
+        """(known, end) for the window now open, decided at the last ``on_window``: ``end`` is the
+        count of ended steps at which to close it early (None = the usual length). ``known`` is False
+        when this rank's pacer failed in that call in a way its peers' need not have: they may close
+        the window early, and this rank cannot know when."""
+        if self.pacer is None:
+            return True, None
+        end = getattr(self.pacer, "next_window_end", None)
+        known = bool(getattr(self.pacer, "window_plan_known", True))
+        return known, (int(end) if end is not None else None)
+
     def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
         """Samples per rank (BalancedSampler and ``find_batch_counts`` reach the pacer through here,
         so taking the batch this way counts as taking it from the pacer, like ``batch_share``)."""

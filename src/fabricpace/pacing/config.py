@@ -87,6 +87,11 @@ class PacingConfig:
     # The same for a first move tried on one window's evidence (a straggler clear within the window):
     # what the move costs when the straggler is gone by the next window scales with it.
     rebalance_clear_step: float = 0.8
+    # The first ON window of a rebalance trial is short: this share of the proposing window's steps
+    # (at least 5). A straggler that was slow for exactly the window that proposed the move (a fault
+    # ending there) is seen gone after these steps instead of a whole window of moved samples, and a
+    # clear gain is kept as early. 0 = the ON window is as long as the others.
+    rebalance_probe_share: float = 0.2
     # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
     rebalance_min_share: float = 0.25
 

@@ -78,6 +78,10 @@ class Controller:
         self.comm_armed = False
         # trigger -> (last window it fired, consecutive windows it fired)
         self._streak: dict[str, tuple[int, int]] = {}
+        # Steps of the next window when it must be shorter than the others (a rebalance trial's first
+        # ON window, ``rebalance_probe_share``), else None. The observer and the simulator close the
+        # next window after this many steps under the new state; every rank computes the same value.
+        self.next_window_steps: int | None = None
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
@@ -112,6 +116,7 @@ class Controller:
         self._inflated_prev = self._inflated_now
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
+        self.next_window_steps = self._probe_steps(fleet, nxt)
         self.decisions.extend(out)
         return self.state, out
 
@@ -227,10 +232,12 @@ class Controller:
         gone = self._straggler_gone(trial, fleet)
         # (a first pair far worse beyond noise is already a revert: the straggler verdict still applies)
         first = v.decide == "continue" or (v.decide == "revert" and v.pairs == 1)
-        if gone is not None and first and v.pairs >= 1 and v.ci_low > 0:
-            # The move hurts beyond noise and the ranks it relieves are no longer slow: nothing left
-            # for it to gain, so a second pair would only run it once more (a straggler that was slow
-            # for exactly the window that proposed the move, e.g. slowness wandering between nodes).
+        if gone is not None and first and v.pairs >= 1 and (v.ci_low > 0 or v.decide == "continue"):
+            # The ranks the move relieves are no longer slow: nothing left for it to gain, so a second
+            # pair would only run it once more (a straggler that was slow for exactly the window that
+            # proposed the move: slowness wandering between nodes, or a fault that ended there). Also
+            # when the ON window does not look slower: it is compared with the proposing window, which
+            # the straggler made slow, and the fault's own jump widens the CI through the drift.
             v = replace(v, decide="revert")
             self._stragglers_wander = True
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
@@ -252,6 +259,8 @@ class Controller:
                 wait = 1 if bundle else self.config.guard_cooldown * 2 ** (n - 1)
                 self._cooldown_until[pol] = fleet.window + wait
             why = "it hurts" if v.ci_low > 0 else "no gain beyond noise"
+            if gone is not None and v.ci_low <= 0:
+                why = "its straggler is gone"
             self._decide(
                 out,
                 step,
@@ -261,6 +270,16 @@ class Controller:
                 f"{trial.policy} reverted ({why}): {v.describe()}; retry in {wait} windows",
             )
         self.guard.finish()
+
+    def _probe_steps(self, fleet: Fleet, nxt: int) -> int | None:
+        """Steps of window ``nxt`` when it is a rebalance trial's first ON window (a short probe), else
+        None. Only a trial of rebalance alone: gc and comm effects need whole windows to show."""
+        t, share = self.guard.trial, self.config.rebalance_probe_share
+        if t is None or share <= 0 or t.policy != "rebalance" or nxt != t.start_window + 1:
+            return None
+        steps = round(fleet.steps)
+        probe = max(5, math.ceil(share * steps))
+        return probe if probe < steps else None
 
     def _straggler_gone(self, trial: Trial, fleet: Fleet) -> str | None:
         """Why a rebalance trial's move can no longer help, or None: in an ON window, the ranks it
@@ -285,7 +304,7 @@ class Controller:
         who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {_fmt_ranks(donors)}"
         return (
             f"{who} no longer slower per sample in the move's first ON window ({now * 100:+.0f}% vs "
-            "median) and steps got slower: the straggler did not persist; new stragglers must now "
+            "median): the straggler did not persist; new stragglers must now "
             "persist for two windows before a move is tried"
         )
 

@@ -66,6 +66,13 @@ class Pacer:
         self._next_step = 0
         self._last_step_time_ns = 0.0
         self.controller_s = 0.0
+        # The length the observer gives the next window, decided at the last ``on_window``: None = the
+        # usual ``window`` steps; else close it once the observer has ended step ``next_window_end``-1
+        # (a rebalance trial's short first ON window, counted from the step its shares apply).
+        # ``window_plan_known`` is False when this rank's controller did not return within its time
+        # limit: its peers may close the open window early, and this rank cannot tell.
+        self.next_window_end: int | None = None
+        self.window_plan_known = True
         self._hook_seen = False  # a comm hook has called before_bucket
         self._hook_new = False  # ...for the first time since the last window
         self._writer: threading.Thread | None = None
@@ -104,6 +111,7 @@ class Pacer:
             return
         t0 = time.perf_counter()
         limit = self.config.controller_timeout_s
+        self.next_window_end = None
         try:
             if self._hook_new:
                 self._hook_new = False
@@ -112,11 +120,20 @@ class Pacer:
             # would otherwise hold this rank's training thread, and with it the whole job.
             state, decisions = self._runner.call(lambda: self.controller.update(step, summaries), limit)
         except TimedOut:
+            # Slow on this rank alone, typically: the others may start a rebalance trial now and close
+            # the open window early (only rebalance trials shorten a window).
+            self.window_plan_known = "rebalance" not in self.controller.policies
             self._turn_off(step, f"controller did not return within {limit}s (limit)")
             return
         except Exception as exc:  # the controller must never take training down
+            # The same summaries raise the same error on every rank: none of them plans a short window.
             self._turn_off(step, f"controller error: {type(exc).__name__}: {exc}")
             return
+        probe = self.controller.next_window_steps
+        if probe:
+            # The new shares apply from step + 1 + share_lag_steps (``_apply``): the probe counts from
+            # there, so it measures ``probe`` steps of the move.
+            self.next_window_end = step + 1 + self.share_lag_steps + int(probe)
         dt = time.perf_counter() - t0
         self.controller_s += dt
         if dt > self.config.controller_timeout_s:

@@ -267,8 +267,9 @@ def simulate(
     block = int(np.clip(options.block_elements // max(world * K, 1), 1, options.window))
     window_blocks: list[BlockResult] = []
     extra: dict[str, Any] = {}
-    for w0 in range(0, steps, options.window):
-        w1 = min(w0 + options.window, steps)
+    w0, w_index, length = 0, 0, options.window
+    while w0 < steps:
+        w1 = min(w0 + length, steps)
         window_blocks.clear()
         for b0 in range(w0, w1, block):
             res = engine.run_block(state, np.arange(b0, min(b0 + block, w1)))
@@ -278,7 +279,7 @@ def simulate(
             if progress is not None:
                 progress(res.steps.size)
         if controller is not None and w1 < steps:
-            summaries = window_summaries(window_blocks, window_index=w0 // options.window)
+            summaries = window_summaries(window_blocks, window_index=w_index)
             try:
                 new_state, decisions = controller.update(w1, summaries)
                 apply_state(
@@ -309,6 +310,10 @@ def simulate(
                 extra["pacing_error"] = repr(exc)
                 controller = None
             rec.decisions(decisions)
+        # The controller may ask for a shorter next window (a rebalance trial's first ON window).
+        probe = getattr(controller, "next_window_steps", None) if controller is not None else None
+        length = int(probe) if probe else options.window
+        w0, w_index = w1, w_index + 1
     leaf = np.asarray([cl.leaf_of(n) for n in range(nodes)], dtype=np.int64)
     rec.ranks(
         node_of_rank=state.node_of_rank,
