@@ -218,3 +218,34 @@ def test_a_move_whose_straggler_left_is_reverted_even_when_its_on_window_looks_f
     assert [(d.policy, d.action) for d in out] == [("rebalance", "note"), ("guard", "revert")], out
     assert "its straggler is gone" in out[1].reason
     assert state.shares is None and ctl.kept.shares is None and ctl.guard.trial is None
+
+
+def test_a_move_that_loads_a_new_straggler_is_replaced_at_once(summaries):
+    """Rank 3 is slow and a move gives its samples to the others; during the move's probe window rank 1
+    becomes 1.6x slow (a second fault). The move now loads the new straggler: it is reverted after that
+    window with no cooldown, and a move for rank 1 is proposed from the same window (before: the trial
+    ran two more windows and was reverted as "it hurts", -5% on a user's two-fault scenario)."""
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    ctl = Controller(4, policies=["rebalance"])
+    comp, last = [60.0, 60.0, 60.0, 90.0], [0.0, 0.0, 0.0, 40.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    assert state.shares is not None and ctl.next_window_steps == 10
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    per = [60.0 / 16, 96.0 / 16, 60.0 / 16, 90.0 / 16]  # per sample: rank 1 1.6x, rank 3 still 1.5x
+    comp2 = [p * n for p, n in zip(per, counts, strict=True)]
+    state, out = ctl.update(60, summaries(1, step_ms=130.0, compute_ms=comp2, samples=counts, steps=10,
+                                          last=[0.0, 9.0, 0.0, 1.0]))
+    acts = [(d.policy, d.action) for d in out]
+    assert acts[:2] == [("rebalance", "note"), ("guard", "revert")], out
+    assert "rank 1, given samples by the move" in out[0].reason and "a new straggler" in out[1].reason
+    assert ("rebalance", "enable") in acts[2:] and state.shares is not None
+    assert state.shares[1] < 0.25, state.shares  # the new move relieves rank 1
+    # A move that works (its receivers no slower per sample) is not touched by this rule.
+    ok = Controller(4, policies=["rebalance"])
+    state, _ = ok.update(50, summaries(0, compute_ms=comp, last=last))
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    comp3 = [60.0 / 16 * n for n in counts[:3]] + [90.0 / 16 * counts[3]]
+    _, out = ok.update(60, summaries(1, step_ms=80.0, compute_ms=comp3, samples=counts, steps=10,
+                                     last=[3.0, 3.0, 3.0, 1.0]))
+    assert not [d for d in out if "new straggler" in d.reason], out

@@ -82,11 +82,13 @@ class Controller:
         # ON window, ``rebalance_probe_share``), else None. The observer and the simulator close the
         # next window after this many steps under the new state; every rank computes the same value.
         self.next_window_steps: int | None = None
+        self._full_steps = 0.0  # the longest window seen: the usual window length
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
         """Consume one window's summaries; return the state for the next window and new decisions."""
         fleet = fleet_view(summaries, self.world_size)
+        self._full_steps = max(self._full_steps, fleet.steps)
         out: list[Decision] = []
         if self.leaves is None and "placement" in self.policies:
             self.leaves = leaves_from_summaries(summaries, self.world_size)
@@ -241,6 +243,17 @@ class Controller:
             v = replace(v, decide="revert")
             self._stragglers_wander = True
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
+        loaded = self._loads_a_straggler(trial, fleet) if gone is None and v.decide != "keep" else None
+        if loaded is not None:
+            # A rank the move gave samples to is now the slowest per sample (a second fault began
+            # while the move ran): the move's shares no longer fit the job, and waiting for a second
+            # pair only runs them longer. Back to the state before the trial, with no cooldown, so a
+            # move for the new straggler can be proposed from this very window.
+            self._decide(out, step, "rebalance", "note", v.estimate, loaded)
+            self._decide(out, step, "guard", "revert", v.estimate,
+                         f"{trial.policy} reverted (a new straggler): {v.describe()}")
+            self.guard.finish()
+            return
         if v.decide == "continue":
             return
         if v.decide == "keep":
@@ -277,7 +290,8 @@ class Controller:
         t, share = self.guard.trial, self.config.rebalance_probe_share
         if t is None or share <= 0 or t.policy != "rebalance" or nxt != t.start_window + 1:
             return None
-        steps = round(fleet.steps)
+        # A share of a full window: the proposing window may itself have been a probe.
+        steps = round(self._full_steps)
         probe = max(5, math.ceil(share * steps))
         return probe if probe < steps else None
 
@@ -306,6 +320,32 @@ class Controller:
             f"{who} no longer slower per sample in the move's first ON window ({now * 100:+.0f}% vs "
             "median): the straggler did not persist; new stragglers must now "
             "persist for two windows before a move is tried"
+        )
+
+    def _loads_a_straggler(self, trial: Trial, fleet: Fleet) -> str | None:
+        """Why a rebalance trial's move now loads a straggler, or None: in an ON window, a rank the move
+        gives samples to (above its control share) is at least the trigger slower per sample than the
+        fleet's median, and slower than the ranks the move relieves. Compute per sample does not
+        grow with the samples a rank is given (its fixed per-step part is spread over more), so a
+        receiver this slow is slow by itself: a fault that began during the move."""
+        if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
+            return None
+        if trial.on.shares is None:
+            return None
+        n = self.world_size
+        on = np.asarray(trial.on.shares, dtype=np.float64)
+        off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
+        takers, donors = np.flatnonzero(on > off + 1e-9), np.flatnonzero(on < off - 1e-9)
+        cps = fleet.cps
+        if takers.size == 0 or donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
+            return None
+        excess = cps / float(np.median(cps)) - 1.0
+        r = int(takers[np.argmax(excess[takers])])
+        if excess[r] < self.config.straggler_compute_excess or excess[r] <= float(np.median(excess[donors])):
+            return None
+        return (
+            f"rank {r}, given samples by the move, is now {excess[r] * 100:.0f}% slower per sample than the "
+            f"median (the ranks it relieves: {float(np.median(excess[donors])) * 100:+.0f}%): a new straggler"
         )
 
     def _still_slow(self, fleet: Fleet, slow: np.ndarray) -> bool:
