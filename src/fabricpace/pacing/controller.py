@@ -230,6 +230,20 @@ class Controller:
         trial = self.guard.trial
         assert trial is not None
         trial.record(fleet.window, fleet.step_time, fleet.step_stderr)
+        if (
+            "rebalance" in trial.policy.split("+")
+            and trial.arms.get(fleet.window) == "off"
+            and self.kept.shares is not None
+            and self._recovered(fleet, np.asarray(self.kept.shares, dtype=np.float64)) is not None
+        ):
+            # A further move is on trial and, in a control window, the kept move's straggler is gone:
+            # both moves have nothing left to relieve. End the trial (no cooldown); the kept move is
+            # undone right after (``_undo_recovered``) instead of running through the trial's windows.
+            self._decide(out, step, "guard", "revert", 0.0,
+                         f"{trial.policy} reverted (its straggler is gone): the ranks it relieves are no "
+                         "longer slow in a control window")
+            self.guard.finish()
+            return
         v: Verdict = self.guard.verdict(fleet.window)
         gone = self._straggler_gone(trial, fleet)
         # (a first pair far worse beyond noise is already a revert: the straggler verdict still applies)
@@ -324,7 +338,7 @@ class Controller:
 
     def _loads_a_straggler(self, trial: Trial, fleet: Fleet) -> str | None:
         """Why a rebalance trial's move now loads a straggler, or None: in an ON window, a rank the move
-        gives samples to (above its control share) is at least the trigger slower per sample than the
+        gives samples to (above an equal share) is at least the trigger slower per sample than the
         fleet's median, and slower than the ranks the move relieves. Compute per sample does not
         grow with the samples a rank is given (its fixed per-step part is spread over more), so a
         receiver this slow is slow by itself: a fault that began during the move."""
@@ -332,10 +346,11 @@ class Controller:
             return None
         if trial.on.shares is None:
             return None
+        # Against an equal share, not the control state: a further move can give a straggler back a
+        # hair of what an earlier move took, and that does not make it a receiver.
         n = self.world_size
         on = np.asarray(trial.on.shares, dtype=np.float64)
-        off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
-        takers, donors = np.flatnonzero(on > off + 1e-9), np.flatnonzero(on < off - 1e-9)
+        takers, donors = np.flatnonzero(on > 1.0 / n + 1e-9), np.flatnonzero(on < 1.0 / n - 1e-9)
         cps = fleet.cps
         if takers.size == 0 or donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
             return None
