@@ -149,6 +149,7 @@ def worker(args: argparse.Namespace) -> None:
     summaries_log: list[list[float]] = []
     dist.barrier()
     t_run0 = time.perf_counter_ns()
+    w, first, next_close = -1, 0, args.window  # window index, its first step, the step that closes it
     for step in range(args.steps):
         t0 = time.perf_counter_ns()
         if pacer is not None:
@@ -185,10 +186,13 @@ def worker(args: argparse.Namespace) -> None:
         rows.append((t0, t1, compute, wait, gc_ns, gc_n, paced, n))
         arr_rows.append([enters.get(i, 0) for i in range(nb)] + [exits.get(i, 0) for i in range(nb)])
 
-        if (step + 1) % args.window == 0:
-            w = (step + 1) // args.window - 1
-            seg = np.asarray(rows[-args.window :], dtype=np.float64)
-            arr = torch.tensor(np.asarray(arr_rows[-args.window :], dtype=np.int64))
+        if step + 1 >= next_close:
+            # Windows as the observer closes them: every `window` steps, or earlier when the pacer asks
+            # for a short one (a rebalance trial's probe, counted from the step its shares apply).
+            length = step + 1 - first
+            w, first = w + 1, step + 1
+            seg = np.asarray(rows[-length:], dtype=np.float64)
+            arr = torch.tensor(np.asarray(arr_rows[-length:], dtype=np.int64))
             gathered = [torch.zeros_like(arr) for _ in range(world)]
             dist.all_gather(gathered, arr)
             g = np.stack([t.numpy() for t in gathered])  # rank x step x (2*nb)
@@ -202,8 +206,8 @@ def worker(args: argparse.Namespace) -> None:
             summ = WindowSummary(
                 rank=rank,
                 window=w,
-                first_step=step + 1 - args.window,
-                steps=args.window,
+                first_step=step + 1 - length,
+                steps=length,
                 step_mean_ns=float(dur.mean()),
                 step_median_ns=float(np.median(dur)),
                 step_std_ns=float(dur.std()),
@@ -227,8 +231,12 @@ def worker(args: argparse.Namespace) -> None:
             summaries = [WindowSummary.from_array(v.numpy()) for v in allv]
             if rank == 0:
                 summaries_log.extend(s.to_array().tolist() for s in summaries)
+            next_close = step + 1 + args.window
             if pacer is not None:
                 pacer.on_window(step, summaries)
+                end = getattr(pacer, "next_window_end", None)
+                if end is not None and end < next_close:
+                    next_close = max(step + 2, int(end))
     dist.barrier()
     t_run1 = time.perf_counter_ns()
     if pacer is not None:
