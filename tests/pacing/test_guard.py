@@ -86,3 +86,34 @@ def test_a_first_pair_far_worse_beyond_noise_is_reverted_at_once():
     assert verdict(105.0, 0.5) == "continue"
     assert verdict(130.0, 20.0) == "continue"
     assert verdict(130.0, 0.5, harm=0.0) == "continue"
+
+
+def test_a_probe_window_is_an_early_look_not_a_pair():
+    """A rebalance trial's short probe window right after the proposing one: ON, and judged alone — a
+    clear gain keeps at once, anything else continues (never a revert: too short to call harm). The
+    plan then runs as if the probe were not there: the next window is pair 0's ON arm."""
+    g = Guard(PacingConfig())
+    t = g.start(policy="rebalance", on=PacingState(shares=(0.3, 0.3, 0.4)), off=PacingState(), window=3,
+                reason="x")
+    t.arms[3] = "off"
+    t.record(3, 100.0, 1.0)
+    assert g.state_for(4) == t.on
+    t.probe = 4
+    assert [t.arm_for(w) for w in range(3, 10)] == ["off", "on", "on", "on", "off", "off", "on"]
+    t.record(4, 130.0, 20.0)  # 30% slower but very uncertain (a few steps)
+    v = g.verdict(4)
+    assert v.decide == "continue" and v.pairs == 1 and t.pair_diffs().size == 0
+    g.state_for(5)
+    t.record(5, 90.0, 1.0)  # the full ON window: pair 0 is (3, 5), the probe left out
+    assert list(t.pair_diffs()) == [90.0 / 100.0 - 1.0]
+    assert g.verdict(5).decide == "keep"
+    # a clear probe keeps at once
+    g2 = Guard(PacingConfig())
+    t2 = g2.start(policy="rebalance", on=PacingState(shares=(0.3, 0.3, 0.4)), off=PacingState(), window=0,
+                  reason="x")
+    t2.arms[0] = "off"
+    t2.record(0, 100.0, 0.5)
+    g2.state_for(1)
+    t2.probe = 1
+    t2.record(1, 80.0, 1.0)
+    assert g2.verdict(1).decide == "keep"

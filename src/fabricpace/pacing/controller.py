@@ -119,6 +119,8 @@ class Controller:
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.next_window_steps = self._probe_steps(fleet, nxt)
+        if self.next_window_steps is not None and self.guard.trial is not None:
+            self.guard.trial.probe = nxt
         self.decisions.extend(out)
         return self.state, out
 
@@ -302,7 +304,9 @@ class Controller:
         """Steps of window ``nxt`` when it is a rebalance trial's first ON window (a short probe), else
         None. Only a trial of rebalance alone: gc and comm effects need whole windows to show."""
         t, share = self.guard.trial, self.config.rebalance_probe_share
-        if t is None or share <= 0 or t.policy != "rebalance" or nxt != t.start_window + 1:
+        if t is None or share <= 0 or t.policy != "rebalance" or t.probe is not None:
+            return None
+        if nxt != t.start_window + 1:
             return None
         # A share of a full window: the proposing window may itself have been a probe.
         steps = round(self._full_steps)
@@ -321,7 +325,11 @@ class Controller:
         n = self.world_size
         on = np.asarray(trial.on.shares, dtype=np.float64)
         off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
-        donors = np.flatnonzero((on < off - 1e-9) & (off <= 1.0 / n + 1e-9))
+        # The ranks the move is for: those that give at least half as much as the largest giver (a
+        # speed-proportional move also trims ranks a hair slower than the median — a node 4% slow
+        # beside a rank 43% slow — and their median must not speak for the straggler).
+        gave = np.where(off <= 1.0 / n + 1e-9, off - on, 0.0)
+        donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
         cps = fleet.cps
         if donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
             return None

@@ -80,16 +80,35 @@ class Trial:
     # standard deviation of one pair's relative change measured between untreated windows before the
     # trial (0 = not known): the CI is at least as wide as this pair noise allows
     drift_sd: float = 0.0
+    # A short ON window right after the proposing one (a rebalance trial's probe), or None. It is an
+    # early look: it can keep a clear gain at once (``probe_diffs``), but it is not one of the pairs —
+    # the plan runs as if it were not there, so a probe that shows nothing costs the guard nothing.
+    probe: int | None = None
+
+    def _offset(self, window: int) -> int:
+        skip = 1 if self.probe is not None and window > self.probe else 0
+        return window - self.start_window - skip
 
     def arm_for(self, window: int) -> str:
         """ABBA plan: pair k covers windows start+2k and start+2k+1: (OFF, ON), (ON, OFF), (OFF, ON)...
+        (a probe window is ON and shifts the plan by one).
 
         Window ``start`` is the window whose summaries proposed the candidate: it ran without it and
         is the first control, so a clear gain is confirmed after a single new window."""
-        offset = window - self.start_window
-        pair, second = divmod(offset, 2)
+        if window == self.probe:
+            return "on"
+        pair, second = divmod(self._offset(window), 2)
         first_on = pair % 2 == 1
         return "on" if first_on != bool(second) else "off"
+
+    def probe_diffs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The probe window against the proposing window, as one pair (empty before the probe ran)."""
+        p, w0 = self.probe, self.start_window
+        if p is None or p not in self.times or w0 not in self.times:
+            return np.empty(0), np.empty(0)
+        on, off = self.times[p], self.times[w0]
+        var = (self.errors[p] / off) ** 2 + (on * self.errors[w0] / off**2) ** 2
+        return np.asarray([on / off - 1.0]), np.asarray([var])
 
     def record(self, window: int, step_time: float, stderr: float = 0.0) -> None:
         if window in self.arms and np.isfinite(step_time) and step_time > 0:
@@ -105,18 +124,18 @@ class Trial:
 
     def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
         out, var = [], []
-        pairs = {(w - self.start_window) // 2 for w in self.times}
-        for p in sorted(pairs):
-            w0 = self.start_window + 2 * p
-            on = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "on"]
-            off = [self.times[w] for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "off"]
-            if on and off:
-                w_on = next(w for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "on")
-                w_off = next(w for w in (w0, w0 + 1) if w in self.times and self.arms[w] == "off")
-                out.append(on[0] / off[0] - 1.0)
-                var.append(
-                    (self.errors[w_on] / off[0]) ** 2 + (on[0] * self.errors[w_off] / off[0] ** 2) ** 2
-                )
+        by_pair: dict[int, list[int]] = {}
+        for w in sorted(self.times):
+            if w != self.probe:
+                by_pair.setdefault(self._offset(w) // 2, []).append(w)
+        for p in sorted(by_pair):
+            ws = by_pair[p]
+            w_on = next((w for w in ws if self.arms[w] == "on"), None)
+            w_off = next((w for w in ws if self.arms[w] == "off"), None)
+            if w_on is not None and w_off is not None:
+                on, off = self.times[w_on], self.times[w_off]
+                out.append(on / off - 1.0)
+                var.append((self.errors[w_on] / off) ** 2 + (on * self.errors[w_off] / off**2) ** 2)
         return np.asarray(out, dtype=np.float64), np.asarray(var, dtype=np.float64)
 
 
@@ -142,25 +161,20 @@ class Guard:
         return self.trial.on if arm == "on" else self.trial.off
 
     def verdict(self, window: int) -> Verdict:
-        """Judge the trial after the summaries of ``window`` were recorded."""
+        """Judge the trial after the summaries of ``window`` were recorded. After its probe window the
+        probe alone is judged: "keep" when it shows a clear gain, else "continue" (never "revert": a
+        probe is too short to call a candidate harmful; the straggler checks may still end it)."""
         assert self.trial is not None
         c = self.config
+        if window == self.trial.probe:
+            diffs, variances = self.trial.probe_diffs()
+            est, lo, hi = self._ci(diffs, variances, window)
+            keep = diffs.size == 1 and hi < -c.guard_min_gain
+            return Verdict(decide="keep" if keep else "continue", estimate=est, ci_low=lo, ci_high=hi,
+                           pairs=int(diffs.size))
         diffs = self.trial.pair_diffs()
-        est, lo, hi = block_bootstrap_ci(
-            diffs,
-            confidence=c.guard_confidence,
-            resamples=c.guard_resamples,
-            seed=c.seed * 1_000_003 + window,
-        )
+        est, lo, hi = self._ci(diffs, self.trial.pair_variance(), window)
         n = int(diffs.size)
-        if n:
-            # With few pairs the bootstrap CI is too narrow (it cannot see noise it did not sample);
-            # widen it to at least the normal CI implied by the within-window spread.
-            z = float(_Z.get(round(c.guard_confidence, 2), 1.645))
-            half = c.guard_se_inflation * z * float(np.sqrt(self.trial.pair_variance().sum())) / n
-            # ...and to the CI implied by the window-to-window drift measured before the trial.
-            half = max(half, z * self.trial.drift_sd / float(np.sqrt(n)))
-            lo, hi = min(lo, est - half), max(hi, est + half)
         decide = "continue"
         if n >= 1 and hi < -c.guard_min_gain:
             decide = "keep"
@@ -180,6 +194,28 @@ class Guard:
         if window - self.trial.start_window >= limit and decide == "continue":
             decide = "revert"
         return Verdict(decide=decide, estimate=est, ci_low=lo, ci_high=hi, pairs=n)
+
+    def _ci(self, diffs: np.ndarray, variances: np.ndarray, window: int) -> tuple[float, float, float]:
+        """Mean change and its CI: the block bootstrap, widened by the windows' own spread and by the
+        drift between untreated windows."""
+        assert self.trial is not None
+        c = self.config
+        est, lo, hi = block_bootstrap_ci(
+            diffs,
+            confidence=c.guard_confidence,
+            resamples=c.guard_resamples,
+            seed=c.seed * 1_000_003 + window,
+        )
+        n = int(diffs.size)
+        if n:
+            # With few pairs the bootstrap CI is too narrow (it cannot see noise it did not sample);
+            # widen it to at least the normal CI implied by the within-window spread.
+            z = float(_Z.get(round(c.guard_confidence, 2), 1.645))
+            half = c.guard_se_inflation * z * float(np.sqrt(variances.sum())) / n
+            # ...and to the CI implied by the window-to-window drift measured before the trial.
+            half = max(half, z * self.trial.drift_sd / float(np.sqrt(n)))
+            lo, hi = min(lo, est - half), max(hi, est + half)
+        return est, lo, hi
 
     def finish(self) -> None:
         self.trial = None
