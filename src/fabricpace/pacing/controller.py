@@ -24,10 +24,11 @@ import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries
-from fabricpace.pacing.guard import Guard, Trial, Verdict
+from fabricpace.pacing.guard import Guard, Verdict
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
+from fabricpace.pacing.stragglers import fmt_ranks, loads_a_straggler, recovered, still_slow, straggler_gone
 from fabricpace.run.window import WindowSummary
 
 
@@ -236,7 +237,7 @@ class Controller:
             "rebalance" in trial.policy.split("+")
             and trial.arms.get(fleet.window) == "off"
             and self.kept.shares is not None
-            and self._recovered(fleet, np.asarray(self.kept.shares, dtype=np.float64)) is not None
+            and recovered(fleet, np.asarray(self.kept.shares, dtype=np.float64), self.config) is not None
         ):
             # A further move is on trial and, in a control window, the kept move's straggler is gone:
             # both moves have nothing left to relieve. End the trial (no cooldown); the kept move is
@@ -247,7 +248,7 @@ class Controller:
             self.guard.finish()
             return
         v: Verdict = self.guard.verdict(fleet.window)
-        gone = self._straggler_gone(trial, fleet)
+        gone = straggler_gone(trial, fleet, self.config)
         # (a first pair far worse beyond noise is already a revert: the straggler verdict still applies)
         first = v.decide == "continue" or (v.decide == "revert" and v.pairs == 1)
         if gone is not None and first and v.pairs >= 1 and (v.ci_low > 0 or v.decide == "continue"):
@@ -259,7 +260,7 @@ class Controller:
             v = replace(v, decide="revert")
             self._stragglers_wander = True
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
-        loaded = self._loads_a_straggler(trial, fleet) if gone is None and v.decide != "keep" else None
+        loaded = loads_a_straggler(trial, fleet, self.config) if gone is None and v.decide != "keep" else None
         if loaded is not None:
             # A rank the move gave samples to is now the slowest per sample (a second fault began
             # while the move ran): the move's shares no longer fit the job, and waiting for a second
@@ -313,78 +314,6 @@ class Controller:
         probe = max(5, math.ceil(share * steps))
         return probe if probe < steps else None
 
-    def _straggler_gone(self, trial: Trial, fleet: Fleet) -> str | None:
-        """Why a rebalance trial's move can no longer help, or None: in an ON window, the ranks it
-        takes samples from (ranks at or below an equal share in the control state) are no longer
-        slower per sample than the fleet's median. A move back toward equal shares takes samples from
-        ranks above an equal share (fast, but overloaded), so it is never judged this way."""
-        if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
-            return None
-        if trial.on.shares is None:
-            return None
-        n = self.world_size
-        on = np.asarray(trial.on.shares, dtype=np.float64)
-        off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
-        # The ranks the move is for: those that give at least half as much as the largest giver (a
-        # speed-proportional move also trims ranks a hair slower than the median — a node 4% slow
-        # beside a rank 43% slow — and their median must not speak for the straggler).
-        gave = np.where(off <= 1.0 / n + 1e-9, off - on, 0.0)
-        donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
-        cps = fleet.cps
-        if donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
-            return None
-        excess = cps / float(np.median(cps)) - 1.0
-        now = float(np.median(excess[donors]))
-        if now >= self.config.straggler_compute_excess:
-            return None
-        who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {_fmt_ranks(donors)}"
-        return (
-            f"{who} no longer slower per sample in the move's first ON window ({now * 100:+.0f}% vs "
-            "median): the straggler did not persist; new stragglers must now "
-            "persist for two windows before a move is tried"
-        )
-
-    def _loads_a_straggler(self, trial: Trial, fleet: Fleet) -> str | None:
-        """Why a rebalance trial's move now loads a straggler, or None: in an ON window, a rank the move
-        gives samples to (above an equal share) is at least the trigger slower per sample than the
-        fleet's median, and slower than the ranks the move relieves. Compute per sample does not
-        grow with the samples a rank is given (its fixed per-step part is spread over more), so a
-        receiver this slow is slow by itself: a fault that began during the move."""
-        if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
-            return None
-        if trial.on.shares is None:
-            return None
-        # Against an equal share, not the control state: a further move can give a straggler back a
-        # hair of what an earlier move took, and that does not make it a receiver.
-        n = self.world_size
-        on = np.asarray(trial.on.shares, dtype=np.float64)
-        takers, donors = np.flatnonzero(on > 1.0 / n + 1e-9), np.flatnonzero(on < 1.0 / n - 1e-9)
-        cps = fleet.cps
-        if takers.size == 0 or donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
-            return None
-        excess = cps / float(np.median(cps)) - 1.0
-        r = int(takers[np.argmax(excess[takers])])
-        if excess[r] < self.config.straggler_compute_excess or excess[r] <= float(np.median(excess[donors])):
-            return None
-        return (
-            f"rank {r}, given samples by the move, is now {excess[r] * 100:.0f}% slower per sample than the "
-            f"median (the ranks it relieves: {float(np.median(excess[donors])) * 100:+.0f}%): a new straggler"
-        )
-
-    def _still_slow(self, fleet: Fleet, slow: np.ndarray) -> bool:
-        """Whether the slow group is still slow per sample in the window's last steps: its median excess
-        over the tail's median at least half its median excess over the whole window (a straggler that
-        recovered inside the window has none left; one that persists keeps about all of it, and a
-        group just above the trigger is not lost to one rank's noisy tail). True when the tail is not
-        known."""
-        if fleet.tail_cps is None or slow.size == 0:
-            return True
-        tail, med_tail, med = fleet.tail_cps, float(np.median(fleet.tail_cps)), float(np.median(fleet.cps))
-        if not (np.isfinite(med_tail) and med_tail > 0 and np.isfinite(med) and med > 0):
-            return True
-        now = float(np.median(tail[slow])) / med_tail - 1.0
-        return now >= 0.5 * (float(np.median(fleet.cps[slow])) / med - 1.0)
-
     def _undo_recovered(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         """A kept move is kept because its straggler was slow. Once the ranks it relieved are no longer
         slow, the move only loads the others (often by less than the 3% a further move must predict, so
@@ -393,35 +322,10 @@ class Controller:
         k = self.kept
         if k.shares is None:
             return
-        why = self._recovered(fleet, np.asarray(k.shares, dtype=np.float64))
+        why = recovered(fleet, np.asarray(k.shares, dtype=np.float64), self.config)
         if why is not None:
             self.kept = replace(k, shares=None)
             self._decide(out, step, "rebalance", "adjust", 1.0, why)
-
-    def _recovered(self, fleet: Fleet, shares: np.ndarray) -> str | None:
-        """Why a kept move has nothing left to relieve, or None: the ranks it took samples from (at least
-        half as many as the largest giver, below an equal share) are no longer slow per sample in the
-        window's last steps — their median excess over the tail's median below
-        ``straggler_tail_gone_excess`` (half the trigger, so one noisy tail of a straggler just above the
-        trigger does not undo its move). None when the tail is not known or the check is off."""
-        gone = self.config.straggler_tail_gone_excess
-        if gone <= 0 or fleet.tail_cps is None:
-            return None
-        # The ranks the move was made for: those that gave at least half as much as the largest giver
-        # (a later small adjustment can leave ranks a hair below equal; they are not its stragglers).
-        gave = 1.0 / self.world_size - shares
-        donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
-        med = float(np.median(fleet.tail_cps))
-        if donors.size == 0 or not (np.isfinite(med) and med > 0):
-            return None
-        now = float(np.median(fleet.tail_cps[donors])) / med - 1.0
-        if now >= gone:
-            return None
-        who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {_fmt_ranks(donors)}"
-        return (
-            f"{who} no longer slower per sample in the window's last steps ({now * 100:+.0f}% vs median): "
-            "the move has nothing left to relieve, equal shares again"
-        )
 
     def _maintain(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         c, k = self.config, self.kept
@@ -564,8 +468,8 @@ class Controller:
                 # Still slow at the end of the window? A straggler that recovered inside it is slow in
                 # the window's median but not in its last steps: moving samples now would run the move
                 # after the straggler is gone (the trigger still counts toward persistence).
-                fired = gain >= c.rebalance_min_gain and persistent(f"rebalance:{_fmt_ranks(slow)}")
-                if gain >= c.rebalance_min_gain and self._still_slow(fleet, slow):
+                fired = gain >= c.rebalance_min_gain and persistent(f"rebalance:{fmt_ranks(slow)}")
+                if gain >= c.rebalance_min_gain and still_slow(fleet, slow):
                     ok = fired or clear
                     if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
                         # One window's evidence only: a smaller first move (what it costs if the
@@ -575,7 +479,7 @@ class Controller:
                             new, gain = part, part_gain
                     r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
-                    who = f"rank {r}" if slow.size == 1 else f"ranks {_fmt_ranks(slow)}"
+                    who = f"rank {r}" if slow.size == 1 else f"ranks {fmt_ranks(slow)}"
                     arr = f"last in {last * 100:.0f}% of collectives, " if fleet.has_arrivals else ""
                     reason = (
                         f"{who} {arr}compute {excess[r] * 100:.0f}% above median: "
@@ -699,13 +603,6 @@ def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
     if policy == "comm":
         return replace(base, comm_window=cand.comm_window, comm_spacing_ns=cand.comm_spacing_ns)
     return base
-
-
-def _fmt_ranks(ranks: np.ndarray) -> str:
-    r = [int(x) for x in ranks]
-    if len(r) > 2 and r == list(range(r[0], r[-1] + 1)):
-        return f"{r[0]}-{r[-1]}"
-    return ",".join(str(x) for x in r[:8]) + ("..." if len(r) > 8 else "")
 
 
 def _fmt_shares(shares: np.ndarray, world: int) -> str:
