@@ -73,7 +73,7 @@ class Controller:
         self._transfers: list[float] = []  # transfer per step of every ungated window so far
         # (kept state, step time) of windows run without a trial: their window-to-window changes
         # measure how much the host drifts between windows (the guard's between-window noise).
-        self._untreated: list[tuple[PacingState, float]] = []
+        self._untreated: list[tuple[PacingState, float, int]] = []  # (state, step time, window index)
         # True when the comm trigger fired in the last two windows (a comm trial starts, or would if
         # no other trial ran): the observer then installs its DDP comm hook.
         self.comm_armed = False
@@ -102,7 +102,7 @@ class Controller:
             if self.guard.trial is not None:
                 self._judge(step, fleet, out)
             else:
-                self._untreated.append((self.state, fleet.step_time))
+                self._untreated.append((self.state, fleet.step_time, fleet.window))
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._undo_recovered(step, fleet, out)
@@ -175,7 +175,13 @@ class Controller:
         one window to the next — on a shared machine, other jobs starting and stopping. Consecutive
         windows without a trial measure exactly that pair noise."""
         h = self._untreated[-(self.config.guard_drift_windows + 1) :]
-        d = [b / a - 1.0 for (sa, a), (sb, b) in itertools.pairwise(h) if sa == sb and a > 0]
+        # Only windows that follow each other: two untreated windows with a trial between them differ
+        # by whatever changed over the trial (a straggler that came and went), not by drift.
+        d = [
+            b / a - 1.0
+            for (sa, a, wa), (sb, b, wb) in itertools.pairwise(h)
+            if sa == sb and a > 0 and wb == wa + 1
+        ]
         if len(d) < self.config.guard_drift_min:
             return 0.0
         return float(np.std(d, ddof=1))
@@ -251,15 +257,24 @@ class Controller:
         gone = straggler_gone(trial, fleet, self.config)
         # (a first pair far worse beyond noise is already a revert: the straggler verdict still applies)
         first = v.decide == "continue" or (v.decide == "revert" and v.pairs == 1)
-        if gone is not None and first and v.pairs >= 1 and (v.ci_low > 0 or v.decide == "continue"):
-            # The ranks the move relieves are no longer slow: nothing left for it to gain, so a second
-            # pair would only run it once more (a straggler that was slow for exactly the window that
-            # proposed the move: slowness wandering between nodes, or a fault that ended there). Also
-            # when the ON window does not look slower: it is compared with the proposing window, which
-            # the straggler made slow, and the fault's own jump widens the CI through the drift.
+        if gone is not None and v.pairs >= 1 and first and v.ci_low > 0:
+            # The ON window is slower beyond noise and the ranks the move relieves are no longer slow:
+            # slowness moved elsewhere (it wanders between nodes), so a second pair would only run the
+            # move once more; from now on a new straggler must persist for two windows.
             v = replace(v, decide="revert")
             self._stragglers_wander = True
+            self._decide(out, step, "rebalance", "note", v.estimate, gone + ": the straggler did not "
+                         "persist; new stragglers must now persist for two windows before a move is tried")
+        elif gone is not None and v.pairs >= 1 and (first or v.decide == "keep"):
+            # The straggler left (a fault that ended where the proposing window ended): the move has
+            # nothing to relieve. Not "kept" even when the ON window is faster — it is compared with the
+            # proposing window, which the straggler made slow — and no cooldown: rebalance did no harm,
+            # and a straggler that comes back is moved again.
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
+            self._decide(out, step, "guard", "revert", v.estimate,
+                         f"{trial.policy} reverted (its straggler is gone): {v.describe()}")
+            self.guard.finish()
+            return
         loaded = loads_a_straggler(trial, fleet, self.config) if gone is None and v.decide != "keep" else None
         if loaded is not None:
             # A rank the move gave samples to is now the slowest per sample (a second fault began
@@ -289,8 +304,6 @@ class Controller:
                 wait = 1 if bundle else self.config.guard_cooldown * 2 ** (n - 1)
                 self._cooldown_until[pol] = fleet.window + wait
             why = "it hurts" if v.ci_low > 0 else "no gain beyond noise"
-            if gone is not None and v.ci_low <= 0:
-                why = "its straggler is gone"
             self._decide(
                 out,
                 step,

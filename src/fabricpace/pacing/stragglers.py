@@ -41,11 +41,7 @@ def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | No
     if now >= config.straggler_compute_excess:
         return None
     who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {fmt_ranks(donors)}"
-    return (
-        f"{who} no longer slower per sample in the move's first ON window ({now * 100:+.0f}% vs "
-        "median): the straggler did not persist; new stragglers must now "
-        "persist for two windows before a move is tried"
-    )
+    return f"{who} no longer slower per sample in the move's ON window ({now * 100:+.0f}% vs median)"
 
 
 def loads_a_straggler(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | None:
