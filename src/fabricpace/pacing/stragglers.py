@@ -16,17 +16,22 @@ from fabricpace.pacing.fleet import Fleet
 from fabricpace.pacing.guard import Trial
 
 
+def _on_shares(trial: Trial, fleet: Fleet) -> np.ndarray | None:
+    """The shares a rebalance trial's move runs, when this window is one of its ON windows."""
+    if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
+        return None
+    return None if trial.on.shares is None else np.asarray(trial.on.shares, dtype=np.float64)
+
+
 def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | None:
     """Why a rebalance trial's move can no longer help, or None: in an ON window, the ranks it
     takes samples from (ranks at or below an equal share in the control state) are no longer
     slower per sample than the fleet's median. A move back toward equal shares takes samples from
     ranks above an equal share (fast, but overloaded), so it is never judged this way."""
-    if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
+    on = _on_shares(trial, fleet)
+    if on is None:
         return None
-    if trial.on.shares is None:
-        return None
-    n = len(trial.on.shares)
-    on = np.asarray(trial.on.shares, dtype=np.float64)
+    n = on.size
     off = np.full(n, 1.0 / n) if trial.off.shares is None else np.asarray(trial.off.shares, np.float64)
     # The ranks the move is for: those that give at least half as much as the largest giver (a
     # speed-proportional move also trims ranks a hair slower than the median — a node 4% slow
@@ -50,14 +55,12 @@ def loads_a_straggler(trial: Trial, fleet: Fleet, config: PacingConfig) -> str |
     fleet's median, and slower than the ranks the move relieves. Compute per sample does not
     grow with the samples a rank is given (its fixed per-step part is spread over more), so a
     receiver this slow is slow by itself: a fault that began during the move."""
-    if "rebalance" not in trial.policy.split("+") or trial.arms.get(fleet.window) != "on":
-        return None
-    if trial.on.shares is None:
+    on = _on_shares(trial, fleet)
+    if on is None:
         return None
     # Against an equal share, not the control state: a further move can give a straggler back a
     # hair of what an earlier move took, and that does not make it a receiver.
-    n = len(trial.on.shares)
-    on = np.asarray(trial.on.shares, dtype=np.float64)
+    n = on.size
     takers, donors = np.flatnonzero(on > 1.0 / n + 1e-9), np.flatnonzero(on < 1.0 / n - 1e-9)
     cps = fleet.cps
     if takers.size == 0 or donors.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
