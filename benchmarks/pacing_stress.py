@@ -677,18 +677,20 @@ def bad_files(tmp: Path, seed: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------- main
-def reexec_on_snapshot(rev: str, argv: list[str]) -> None:
-    """Copy src/ at ``rev`` to a temporary folder and run this script again with it first on
-    PYTHONPATH, so the loaders here and every study subprocess use one fixed version of the code."""
+def reexec_on_snapshot(rev: str, argv: list[str], *, script: str = __file__,
+                       env_key: str = "FP_STRESS_SNAPSHOT") -> None:
+    """Copy src/ at ``rev`` to a temporary folder and run ``script`` again with it first on
+    PYTHONPATH, so the loaders here and every study subprocess use one fixed version of the code.
+    ``env_key`` is set to the commit in the new process (how it knows it runs on the snapshot)."""
     commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
                             check=True).stdout.strip()
-    snap = Path(tempfile.mkdtemp(prefix=f"fp-stress-src-{commit}-"))
+    snap = Path(tempfile.mkdtemp(prefix=f"fp-snapshot-src-{commit}-"))
     archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, cwd=ROOT, check=True)
     subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
     path = os.pathsep.join([str(snap / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, "FP_STRESS_SNAPSHOT": commit, "PYTHONPATH": path}
+    env = {**os.environ, env_key: commit, "PYTHONPATH": path}
     print(f"running on a snapshot of src/ at {commit}: {snap}", file=sys.stderr, flush=True)
-    os.execve(sys.executable, [sys.executable, __file__, *argv], env)
+    os.execve(sys.executable, [sys.executable, script, *argv], env)
 
 
 

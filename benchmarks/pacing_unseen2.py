@@ -42,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pacing_stress import reexec_on_snapshot
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "benchmarks" / "scenarios_unseen2"
 FABRICPACE = ROOT / ".venv" / "bin" / "fabricpace"
@@ -134,20 +137,6 @@ def md_row(name: str, r: dict[str, Any]) -> str:
             f"{', '.join(r['policies']) or '—'} |")
 
 
-def reexec_on_snapshot(rev: str, argv: list[str]) -> None:
-    """Run again with a copy of src/ at ``rev`` first on PYTHONPATH (one fixed controller version while
-    others edit the tree); the study subprocesses inherit it."""
-    commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT,
-                            check=True).stdout.strip()
-    snap = Path(tempfile.mkdtemp(prefix=f"fp-unseen2-src-{commit}-"))
-    archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, cwd=ROOT, check=True)
-    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
-    path = os.pathsep.join([str(snap / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {**os.environ, "FP_UNSEEN2_SNAPSHOT": commit, "PYTHONPATH": path}
-    print(f"running on a snapshot of src/ at {commit}: {snap}", file=sys.stderr, flush=True)
-    os.execve(sys.executable, [sys.executable, __file__, *argv], env)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", default=[], help="run folders whose name starts with this")
@@ -166,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         has_rev = given[at] == "--snapshot" and at + 1 < len(given) and not given[at + 1].startswith("-")
         skip = 2 if has_rev else 1
         rest = given[:at] + given[at + skip :]
-        reexec_on_snapshot(args.snapshot, rest)
+        reexec_on_snapshot(args.snapshot, rest, script=__file__, env_key="FP_UNSEEN2_SNAPSHOT")
     folders = sorted(d for d in args.dir.iterdir() if (d / "scenario.yaml").is_file())
     if args.only:
         folders = [d for d in folders if any(d.name.startswith(s) for s in args.only)]
