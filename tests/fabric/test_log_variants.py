@@ -346,13 +346,18 @@ def test_two_runs_in_one_file_split_where_the_message_says(tmp_path, first, seco
 
 def test_real_multi_run_file_splits_where_the_message_says(cli, tmp_path):
     """A real file with several runs (xxrjun/nccl-tests-cluster, data/README.md): all_reduce then all_gather
-    on 10 H100 nodes, one GPU each, nccl-tests 2.17.8. Refused through the CLI in one line; the parts the
-    message names read as one run each (Before: the split line was the second run's version line, 38)."""
+    on 10 H100 nodes, one GPU each, nccl-tests 2.17.8. ``parse_log`` (one run) still refuses it and names
+    the split line; the CLI reads it, one log per run (tests/fabric/test_multi_run.py). Before: refused
+    through the CLI in one line. The parts the message names read as one run each."""
     real = DATA / "h100xx_n10_g1_multi_run.log"
-    r = cli("collective", "--calibrate", str(real))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "multi_run.log:38: a second nccl-tests run starts here" in r.stderr
-    assert "split the log at line 36 (head -n 35 h100xx_n10_g1_multi_run.log > run1.log; tail" in r.stderr
+    with pytest.raises(ParseError) as err:
+        parse_log(real)
+    msg = str(err.value)
+    assert "multi_run.log:38: a second nccl-tests run starts here" in msg
+    assert "split the log at line 36 (head -n 35 h100xx_n10_g1_multi_run.log > run1.log; tail" in msg
+    r = cli("collective", "--calibrate", str(real), "--nodes", "10")
+    assert r.returncode == 0, r.stderr
+    assert "h100xx_n10_g1_multi_run.log: 2 nccl-tests runs" in r.stderr
     lines = real.read_text().splitlines(keepends=True)
     one = parse_log(write(tmp_path, "run1.log", "".join(lines[:35])))
     two = parse_log(write(tmp_path, "run2.log", "".join(lines[35:])))

@@ -12,12 +12,15 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fabricpace._errors import InputError
 from fabricpace.cli._common import check_format, parse_int_list, parse_size_list
+
+if TYPE_CHECKING:
+    from fabricpace.fabric.nccl_tests import NcclTestsLog
 
 _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "algbw_gbps", "busbw_gbps")
 _DEFAULT_NODES = (2, 4, 8, 16, 32)
@@ -277,33 +280,63 @@ def _score(
     times, the sizes calibration uses), median and worst error and where the worst one is."""
     import numpy as np
 
-    from fabricpace.fabric.nccl_tests import parse_log
+    from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
 
     errs: list[tuple[float, int, int]] = []
     notes: list[str] = []  # what reading the logs left out (a failed run's missing sizes, other sweeps)
+    n_logs, several = 0, False
     for p in paths:
-        log = parse_log(p)
-        notes += log.notes()
-        if log.op not in (None, op):
-            raise InputError(f"--compare {p}: an {log.op} log; compare {op} predictions with {op} logs")
-        if log.nodes is None:
-            raise InputError(f"--compare {p}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
-        if log.nodes > cl.nodes:
-            raise InputError(f"--compare {p}: {log.nodes} nodes, more than cluster {cl.name!r} has")
-        gpn = gpus_per_node if gpus_per_node is not None else log.gpus_per_node
-        for r in log.rows:
-            if (32 << 20) <= r.size <= (8 << 30) and r.time_us > 0:
-                d = _predict(cl, op, r.size, log.nodes, gpn, algorithm, protocol, seed)
-                errs.append((d["time_us"] / r.time_us - 1, log.nodes, r.size))
+        runs = parse_logs(p)
+        notes += runs_notes(runs)
+        several |= len(runs) > 1
+        if len(runs) > 1 and any(lg.op == op for lg in runs):
+            # a sweep's file of several runs: its runs of other collectives are left out, as calibration
+            # leaves out logs of other collectives
+            other = [lg for lg in runs if lg.op not in (None, op)]
+            if other:
+                names = ", ".join(f"lines {lg.run[1]}-{lg.run[2]} ({lg.op})" for lg in other if lg.run)
+                notes.append(f"note: {Path(p).name}: compared its {op} runs only, leaving out {names}")
+            runs = [lg for lg in runs if lg.op in (None, op)]
+        for log in runs:
+            n_logs += 1
+            where = p if log.run is None else log.label
+            notes += log.notes()
+            if log.op not in (None, op):
+                raise InputError(
+                    f"--compare {where}: an {log.op} log; compare {op} predictions with {op} logs"
+                )
+            if log.nodes is None:
+                raise InputError(
+                    f"--compare {where}: no '#  Rank N ... on HOST' lines, so the node count is unknown"
+                )
+            if log.nodes > cl.nodes:
+                raise InputError(f"--compare {where}: {log.nodes} nodes, more than cluster {cl.name!r} has")
+            errs += _errors(cl, op, log, gpus_per_node, algorithm, protocol, seed)
     if not errs:
         return "compared with 0 measured rows: none between 32 MB and 8 GB in the --compare logs"
     e = np.abs([x[0] for x in errs])
     worst = errs[int(np.argmax(e))]
+    logs = f"{n_logs} run(s) in {len(paths)} file(s)" if several else f"{len(paths)} log(s)"
     return "".join(f"{n}\n" for n in notes) + (
-        f"compared with {len(errs)} measured rows (32 MB-8 GB) of {len(paths)} log(s): time error median "
+        f"compared with {len(errs)} measured rows (32 MB-8 GB) of {logs}: time error median "
         f"{100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% "
         f"({_human(worst[2])} on {worst[1]} nodes)"
     )
+
+
+def _errors(
+    cl: Any, op: str, log: NcclTestsLog, gpus_per_node: int | None, algorithm: str | None,
+    protocol: str | None, seed: int | None,
+) -> list[tuple[float, int, int]]:
+    """(relative time error, nodes, size) of the model on each of ``log``'s rows from 32 MB to 8 GB."""
+    errs = []
+    assert log.nodes is not None  # checked by the caller
+    gpn = gpus_per_node if gpus_per_node is not None else log.gpus_per_node
+    for r in log.rows:
+        if (32 << 20) <= r.size <= (8 << 30) and r.time_us > 0:
+            d = _predict(cl, op, r.size, log.nodes, gpn, algorithm, protocol, seed)
+            errs.append((d["time_us"] / r.time_us - 1, log.nodes, r.size))
+    return errs
 
 
 def _plot(
@@ -324,20 +357,20 @@ def _plot(
     those the model was fitted to (``logs``) and those it was not (``held``)."""
     import numpy as np
 
-    from fabricpace.fabric.nccl_tests import parse_log
+    from fabricpace.fabric.nccl_tests_runs import parse_logs
     from fabricpace.report.fabric_figures import busbw_figure, write_figure
 
     measured: list[dict[str, Any]] = []
     for p, fitted in [*((p, True) for p in logs), *((p, False) for p in held)]:
-        log = parse_log(p)
-        if log.op not in (None, op) or log.nodes is None:
-            continue
-        measured += [
-            {"nodes": log.nodes, "bytes": r.size, "busbw_gbps": r.busbw, "source": Path(p).name,
-             "fitted": fitted}
-            for r in log.rows
-            if r.busbw > 0
-        ]
+        for log in parse_logs(p):  # one per run of a file that holds several
+            if log.op not in (None, op) or log.nodes is None:
+                continue
+            measured += [
+                {"nodes": log.nodes, "bytes": r.size, "busbw_gbps": r.busbw, "source": log.name,
+                 "fitted": fitted}
+                for r in log.rows
+                if r.busbw > 0
+            ]
     nodes = sorted({*node_list, *(int(m["nodes"]) for m in measured if int(m["nodes"]) <= cl.nodes)})
     sizes = [*size_list, *(int(m["bytes"]) for m in measured)]
     lo, hi = int(np.log2(max(min(sizes), 1))), int(np.ceil(np.log2(max(sizes))))

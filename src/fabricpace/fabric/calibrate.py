@@ -37,7 +37,8 @@ from fabricpace.fabric.collectives import (
     protocol_bandwidth,
     selected_plan,
 )
-from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
+from fabricpace.fabric.nccl_tests import NcclTestsLog
+from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
 
 FITTED = ("net_efficiency", "tree_efficiency", "nvls_tree_efficiency", "base_us", "net_overhead_us")
 # Below these fitted efficiencies the cluster file probably does not describe the logs' cluster: about
@@ -72,11 +73,11 @@ def points_from_logs(
     for log in logs:
         if log.op is None:
             raise ParseError(
-                f"{log.path}: cannot tell the collective; name the file after it (e.g. n4_all_reduce.log) "
+                f"{log.label}: cannot tell the collective; name the file after it (e.g. n4_all_reduce.log) "
                 "or keep the '*_perf' command line in the log"
             )
         if log.nodes is None or log.nranks is None or log.gpus_per_node is None:
-            raise ParseError(f"{log.path}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
+            raise ParseError(f"{log.label}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
         for r in log.rows:
             if min_bytes <= r.size <= max_bytes and r.time_us > 0:
                 op.append(log.op)
@@ -88,7 +89,7 @@ def points_from_logs(
         sizes = [r.size for log in logs for r in log.rows]
         span = f"their rows span {min(sizes)}..{max(sizes)} B" if sizes else "they have no rows"
         raise InputError(
-            f"{', '.join(Path(log.path).name for log in logs)}: no rows between {min_bytes} and {max_bytes} "
+            f"{', '.join(log.name for log in logs)}: no rows between {min_bytes} and {max_bytes} "
             f"bytes ({span}); the fit uses bandwidth-bound sizes: rerun nccl-tests with -b 32M -e 8G -f 2"
         )
     return Points(np.array(op), np.array(nodes), np.array(gpn), np.array(nb, dtype=float), np.array(ts))
@@ -349,11 +350,15 @@ def calibrate_cluster(
     With ``op`` (the collective to be predicted), logs of other collectives are left out when some log is of
     ``op``: one fit on two collectives is much worse than a fit on each (docs/cluster-files.md). A log
     given twice (the same file, or the same measurements under another name) counts once. Both are said
-    in ``Fit.input_notes``, with each log's own notes (``NcclTestsLog.notes``)."""
-    parsed = [lg if isinstance(lg, NcclTestsLog) else parse_log(lg) for lg in logs]
+    in ``Fit.input_notes``, with each log's own notes (``NcclTestsLog.notes``). A file of several nccl-tests
+    runs (a sweep's one output file) gives one log per run (``nccl_tests_runs``), each used as a file of
+    its own would be; a note says which runs it holds."""
+    parsed = [x for lg in logs for x in ([lg] if isinstance(lg, NcclTestsLog) else parse_logs(lg))]
     if not parsed:
         raise InputError("--calibrate: give at least one nccl-tests log")
+    runs = runs_notes(parsed)
     parsed, notes = _usable_logs(parsed, op)
+    notes = runs + notes
     for lg in parsed:
         if lg.gpus_per_node is not None and lg.gpus_per_node > cluster.gpus_per_node:
             hosts = (
@@ -361,15 +366,15 @@ def calibrate_cluster(
                 "name, as containers can, the node count cannot be told)" if lg.hosts else ""
             )  # fmt: skip
             raise InputError(
-                f"{lg.path}: {lg.gpus_per_node} GPUs per node, but cluster {cluster.name!r} has "
+                f"{lg.label}: {lg.gpus_per_node} GPUs per node, but cluster {cluster.name!r} has "
                 f"{cluster.gpus_per_node}; use a matching cluster file{hosts}"
             )
         if lg.nodes is not None and lg.nodes > cluster.nodes:
             raise InputError(
-                f"{lg.path}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
+                f"{lg.label}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
             )
     points = points_from_logs(parsed, min_bytes=min_bytes, max_bytes=max_bytes)
-    fit = calibrate_points(cluster, points, tuple(Path(lg.path).name for lg in parsed))
+    fit = calibrate_points(cluster, points, tuple(lg.name for lg in parsed))
     return replace(fit, input_notes=tuple(notes))
 
 
@@ -383,15 +388,15 @@ def _usable_logs(logs: list[NcclTestsLog], op: str | None) -> tuple[list[NcclTes
         key = (lg.op, lg.nodes, lg.nranks, lg.rows)
         if key in seen:
             notes.append(
-                f"note: {Path(lg.path).name}: the same measurements as {seen[key]}; counted once"
+                f"note: {lg.name}: the same measurements as {seen[key]}; counted once"
             )
             continue
-        seen[key] = Path(lg.path).name
+        seen[key] = lg.name
         kept.append(lg)
     if op is not None and any(lg.op == op for lg in kept):
         other = [lg for lg in kept if lg.op not in (op, None)]
         if other:
-            names = ", ".join(f"{Path(lg.path).name} ({lg.op})" for lg in other)
+            names = ", ".join(_with_op(lg) for lg in other)
             notes.append(
                 f"note: left out {names}: predicting {op}, and a fit carries over poorly between collectives "
                 f"(docs/cluster-files.md); give --op {other[0].op} to fit and predict that one"
@@ -400,6 +405,13 @@ def _usable_logs(logs: list[NcclTestsLog], op: str | None) -> tuple[list[NcclTes
     for lg in kept:
         notes += lg.notes()
     return kept, notes
+
+
+def _with_op(lg: NcclTestsLog) -> str:
+    """'n8.log (all_gather)'; 'sweep.log (run 2, lines 38-75: all_gather)' for one run of several."""
+    if lg.run is None:
+        return f"{lg.name} ({lg.op})"
+    return f"{Path(lg.path).name} (run {lg.run[0]}, lines {lg.run[1]}-{lg.run[2]}: {lg.op})"
 
 
 def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> Fit:

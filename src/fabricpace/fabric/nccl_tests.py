@@ -29,13 +29,18 @@ in-place numbers are used), a run that failed or timed out after some rows (``Te
 
 What is refused, with ``file:line`` and the fix: a row that starts like a result row but does not parse
 (unless it is the last row of a log that stops there: a job killed mid-row, whose complete rows are kept),
-a second nccl-tests header in one file (two runs back to back, or an nccl-tests built without ``MPI=1``
-where every process ran its own test; the message gives the line and commands that split it), ranks split
+a second nccl-tests header before any result (an nccl-tests built without ``MPI=1``, where every process
+ran its own test; or a run of a sweep that failed before its first row: the line of its failure), ranks split
 into groups (``NCCL_TESTS_SPLIT_MASK``), ranks spread unevenly over the hosts, a rank list that stops inside
 a host (a pasted log cut short), an empty file, rccl-tests' ``-x/-Z`` output files (no host names, so no
 node count). Rows whose
 out-of-place time is not a positive finite number (``inf``, ``nan``, ``0.00``) are not measurements: they
 are dropped and counted in ``NcclTestsLog.dropped_rows``.
+
+Several complete runs in one file (a sweep's output: all_reduce_perf then all_gather_perf, or one op at
+several settings) are read by ``nccl_tests_runs.parse_logs``, one log per run, which every command uses;
+``parse_log`` reads one run and refuses a second (``SecondRun``: the line, and the commands that split the
+file there).
 """
 
 from __future__ import annotations
@@ -149,10 +154,27 @@ class NcclTestsLog:
     inplace_only_rows: int = 0
     # a "Test NCCL failure" / "Test timeout" line after the rows: (line, text); the rows before it are kept
     failed_at: tuple[int, str] | None = None
+    # one run of a file that holds several (nccl_tests_runs.parse_logs): (index from 1, first line, last line)
+    run: tuple[int, int, int] | None = None
+
+    @property
+    def name(self) -> str:
+        """The file's name, and which run of it this is when it holds several: 'sweep.log (run 2, lines
+        38-75)'."""
+        return Path(self.path).name + self._run_suffix()
+
+    @property
+    def label(self) -> str:
+        """``path`` as given, and which run of the file this is (for messages naming the file)."""
+        return self.path + self._run_suffix()
+
+    def _run_suffix(self) -> str:
+        return "" if self.run is None else f" (run {self.run[0]}, lines {self.run[1]}-{self.run[2]})"
 
     def notes(self) -> list[str]:
         """What a reader of this log should know before fitting to it: rows left out, and why."""
-        name, out = Path(self.path).name, []
+        # a note with a line number names the file's line (the same in a file of several runs)
+        name, file, out = self.name, Path(self.path).name, []
         if self.rows and self.other_sweeps:
             r = self.rows[0]
             out.append(
@@ -168,12 +190,12 @@ class NcclTestsLog:
         if self.failed_at is not None:
             line, text = self.failed_at
             out.append(
-                f"note: {name}:{line}: the run failed here ({text!r}); using its {len(self.rows)} rows up to "
+                f"note: {file}:{line}: the run failed here ({text!r}); using its {len(self.rows)} rows up to "
                 f"{last}; rerun for the larger sizes"
             )
         elif self.truncated_at is not None:
             out.append(
-                f"note: {name}:{self.truncated_at}: the log stops in the middle of this row (the job was "
+                f"note: {file}:{self.truncated_at}: the log stops in the middle of this row (the job was "
                 f"killed); using the {len(self.rows)} complete rows up to {last}"
             )
         if self.dropped_rows:
@@ -361,21 +383,47 @@ def _canonical_op(p: Path, op: str | None) -> str | None:
     return _OP_ALIASES[key]
 
 
-def _second_run(p: Path, lineno: int, first: int, n_rows: int, what: str, split: int = 0) -> ParseError:
+class SecondRun(ParseError):
+    """A second nccl-tests header in one file. ``rows``: result rows of the run before it (0: the header
+    came before any result, which is not a second run); ``split``: the first line after that run's table
+    (its last row or trailer), where the next run's own lines (command line, launcher output) begin.
+    ``nccl_tests_runs.parse_logs`` splits a file there."""
+
+    def __init__(self, message: str, *, rows: int, split: int, header: bool) -> None:
+        super().__init__(message)
+        # header: the next run announced itself (version, 'starting' or nThread line), not just a second
+        # column header, which starts no run that could be read on its own
+        self.rows, self.split, self.header = rows, split, header
+
+
+def _second_run(
+    p: Path, lineno: int, first: int, n_rows: int, what: str, split: int = 0, *, header: bool = True,
+    failed: tuple[int, str] | None = None,
+) -> SecondRun:
     """The error for a second nccl-tests header in one file (see the module docstring). ``split``: the
     first line after the first run's table (its last row or trailer), where the second run's own lines
-    (its command line, launcher output) begin."""
+    (its command line, launcher output) begin; ``failed``: the first run's failure line, if it said so."""
+    if not n_rows and failed is not None:
+        # a run of a sweep that failed before measuring ('Test NCCL failure', 'TEST SKIPPED'), then the next
+        return SecondRun(
+            f"{p}:{failed[0]}: the run whose header is at line {first} failed before any result "
+            f"({failed[1]!r}), and another run starts at line {lineno}; rerun it, or delete its lines from "
+            f"the file (up to line {lineno - 1})",
+            rows=0, split=lineno, header=header,
+        )
     if n_rows:
         at = split or lineno
-        return ParseError(
+        return SecondRun(
             f"{p}:{lineno}: a second nccl-tests run starts here ({what}) after {n_rows} result rows of the "
             f"first (line {first}); give one run per file: split the log at line {at} "
-            f"(head -n {at - 1} {p.name} > run1.log; tail -n +{at} {p.name} > run2.log)"
+            f"(head -n {at - 1} {p.name} > run1.log; tail -n +{at} {p.name} > run2.log)",
+            rows=n_rows, split=at, header=header,
         )
-    return ParseError(
+    return SecondRun(
         f"{p}:{lineno}: a second nccl-tests header ({what}; the first is at line {first}) before any "
         "result: every process ran its own test, so nccl-tests was built without MPI=1 (rebuild with "
-        "'make MPI=1' and rerun), or the file holds several runs (give one complete run per file)"
+        "'make MPI=1' and rerun), or the file holds several runs (give one complete run per file)",
+        rows=0, split=lineno, header=header,
     )
 
 
@@ -387,16 +435,24 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     GPU under one process, so hosts, not processes, are counted). Raises ParseError with ``file:line``.
     """
     p = Path(path)
-    lines = _read_lines(p)
+    return parse_lines(p, _read_lines(p), op=op, nodes=nodes)
+
+
+def parse_lines(
+    p: Path, lines: list[str], *, op: str | None = None, nodes: int | None = None, start: int = 1
+) -> NcclTestsLog:
+    """``parse_log`` on lines already read from ``p``: the whole file, or (``start`` > 1) the part of it that
+    begins at line ``start`` (one run of several; ``nccl_tests_runs``), so that every ``file:line`` names
+    the line of the file the user has."""
     found_op = _canonical_op(p, op)
     first = next((x.strip() for x in lines if x.strip()), "")
     if not first:
         raise ParseError(f"{p}: the file is empty; give the stdout of all_reduce_perf / all_gather_perf")
-    if first.startswith("{"):  # nccl-tests -J file.json (2.17+)
+    if start == 1 and first.startswith("{"):  # nccl-tests -J file.json (2.17+)
         from fabricpace.fabric.nccl_tests_json import parse_json
 
         return parse_json(p, "\n".join(lines), op=found_op, nodes=nodes)
-    if re.match(r"(?:numCycle,\s*)?collective,.*\bbusbw\b", first, re.I):  # rccl-tests -Z csv
+    if start == 1 and re.match(r"(?:numCycle,\s*)?collective,.*\bbusbw\b", first, re.I):  # rccl-tests -Z
         from fabricpace.fabric.nccl_tests_json import rccl_tests_output
 
         raise rccl_tests_output(p)
@@ -414,7 +470,7 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
     inplace_only = 0
     failed_at: tuple[int, str] | None = None
     table_end = 0  # last line of the table: a row or a trailer line ('# Avg bus bandwidth', ...)
-    for lineno, raw in enumerate(lines, start=1):
+    for lineno, raw in enumerate(lines, start=start):
         line = _strip_prefixes(raw)
         if not line:
             continue
@@ -429,13 +485,13 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
                     what = (
                         f"'Collective test starting: {m.group(1)}'" if m else "its 'nccl-tests version' line"
                     )
-                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1)
+                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1, failed=failed_at)
                 last_nccl = lineno
                 continue
             if _HEADER.search(line):
                 if header_at is not None:
                     what = "its '# nThread' header"
-                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1)
+                    raise _second_run(p, lineno, header_at, len(rows), what, table_end + 1, failed=failed_at)
                 header_at = last_nccl = lineno
                 continue
             if (m := _RANK.search(line)) is not None:
@@ -454,7 +510,9 @@ def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = No
             if (m := _COLUMNS.search(line)) is not None:
                 if rows:
                     what = "a second column header"
-                    raise _second_run(p, lineno, header_at or 1, len(rows), what, table_end + 1)
+                    raise _second_run(
+                        p, lineno, header_at or start, len(rows), what, table_end + 1, header=False
+                    )
                 layout = _layout(line[m.start() :])
                 last_nccl = lineno
                 continue

@@ -4,18 +4,22 @@ Each result row (one message size) becomes one "step" in which every rank runs o
 size for the measured average time (out-of-place; in-place, algbw and busbw are kept as extra
 columns). nccl-tests reports one time for all ranks, so arrival skew is zero by construction: such a
 run describes the fabric (transfer time against size), not stragglers. Several logs (a folder) of one
-job follow each other, one group per log. Parsing is ``fabricpace.fabric.nccl_tests.parse_log``.
+job follow each other, one group per log; a file that holds several runs (a sweep's one output file) gives
+one group per run, named by its lines (a note on stderr lists them). Parsing is
+``fabricpace.fabric.nccl_tests_runs.parse_logs`` (one ``parse_log`` per run).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from fabricpace._errors import ParseError, RunDirError
-from fabricpace.fabric.nccl_tests import NcclTestsLog, parse_log
+from fabricpace.fabric.nccl_tests import NcclTestsLog
+from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
 from fabricpace.importers.staging import list_sources, staged_dir
 from fabricpace.run.manifest import Manifest
 from fabricpace.run.writer import RunWriter
@@ -27,12 +31,14 @@ _GAP_NS = 1_000  # between two measurements on the synthetic timeline
 def import_nccl_tests(src: str | Path, out: str | Path, *, gpus_per_node: int | None = None) -> Path:
     """Import one nccl-tests log (or a folder of logs of one job) into the new run directory OUT."""
     files = list_sources(src, SUFFIXES, what="nccl-tests log")
-    logs: list[NcclTestsLog] = [parse_log(p) for p in files]
+    logs: list[NcclTestsLog] = [log for p in files for log in parse_logs(p)]
+    for note in runs_notes(logs):  # which runs a file of several held, told once before anything else
+        print(note, file=sys.stderr)
     sizes = {log.nranks for log in logs}
     if None in sizes:
         bad = next(log for log in logs if log.nranks is None)
         raise ParseError(
-            f"{bad.path}: no '#  Rank N ... on HOST device D' lines; cannot tell the number of ranks"
+            f"{bad.label}: no '#  Rank N ... on HOST device D' lines; cannot tell the number of ranks"
         )
     if len(sizes) > 1:
         raise RunDirError(
@@ -78,7 +84,7 @@ def import_nccl_tests(src: str | Path, out: str | Path, *, gpus_per_node: int | 
         for log in logs:
             for row in log.rows:
                 op_col.append(log.op or "unknown")
-                group_col.append(Path(log.path).name)
+                group_col.append(log.name)
                 size_col.append(row.size)
                 time_col.append(row.time_us)
                 ip_col.append(row.inplace_time_us)
