@@ -4,6 +4,7 @@ change on the same step on every rank."""
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 
@@ -153,3 +154,34 @@ def test_a_lazily_installed_comm_hook_restarts_the_transfer_level(summaries):
     assert len(started) == 1 and started[0].action == "enable"  # the trial the two windows started
     assert [d.action for d in guard] == ["revert"]  # equal step times: not kept
     assert comm == started  # and the step-up in measured transfer starts no other trial
+
+
+def test_a_probe_window_runs_the_new_shares_longer_than_the_old_ones(summaries):
+    """The window open when a rebalance trial starts began where the summarized one ended; its first
+    steps still run the old shares (the lag). The pacer closes it once the new shares ran the probe's
+    5 steps *and* at least one step more than the old ones did, so its medians measure the move (with
+    5 steps after a 4-step lag the old shares were the window's median, and a real straggler's probe
+    never showed a gain). A re-check of a kept move changes nothing and counts from the decision."""
+    p = make_pacer("rebalance", rank=0, world_size=4, run_dir=None, window=50)
+    s = summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])  # steps 0-49
+    p.on_step_end(51)
+    p.on_window(51, s)  # decided two steps into the next window
+    assert p.controller.next_window_steps == 5
+    apply = 51 + 1 + p.share_lag_steps  # the new shares run from here; steps 50..apply-1 ran the old
+    assert p.next_window_end == apply + max(5, apply - 50 + 1)
+    # the probe shows a clear gain (rank 1 still slow per sample, the step faster): kept, and the kept
+    # move is re-checked in windows that count from the decision (the shares do not change)
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    counts = [float(n) for n in counts_from_shares(p.controller.kept.shares or p.state.shares, 64, 4)]
+    comp = [60.0 / 16 * n for n in counts]
+    comp[1] = 90.0 / 16 * counts[1]
+    end = p.next_window_end
+    probe = summaries(1, step_ms=80.0, compute_ms=comp, samples=counts, steps=end - 50,
+                      last=[5.0, 5.0, 5.0, 5.0])  # fmt: skip
+    probe = [replace(x, first_step=50) for x in probe]
+    p.on_step_end(end)
+    p.on_window(end, probe)
+    assert [d.action for d in p.decisions][-1] == "keep", p.decisions
+    assert p.controller.next_window_steps == 5 and p.next_window_end == end + 1 + 5
+    p.close()

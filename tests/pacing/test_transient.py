@@ -177,13 +177,20 @@ def test_a_group_just_above_the_trigger_is_not_lost_to_one_noisy_tail(summaries)
 
 
 def test_a_rebalance_trial_opens_with_a_short_probe_window(summaries):
-    """The first ON window of a rebalance trial lasts a fifth of the proposing window (at least 5 steps):
-    a straggler gone right after the proposing window costs those steps, not a whole window."""
+    """The first ON window of a rebalance trial lasts ``rebalance_probe_steps`` (5) steps, whatever the
+    window length (or, with that 0, a fifth of the proposing window, at least 5 steps): a straggler gone
+    right after the proposing window costs those steps, not a whole window."""
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
     ctl = Controller(4, policies=["rebalance"])
     state, out = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"] and state.shares is not None
-    assert ctl.next_window_steps == 10
+    assert ctl.next_window_steps == 5
+    long = Controller(4, policies=["rebalance"])
+    long.update(100, summaries(0, compute_ms=comp, last=last, steps=100))
+    assert long.next_window_steps == 5
+    share = Controller(4, PacingConfig(rebalance_probe_steps=0), policies=["rebalance"])
+    share.update(50, summaries(0, compute_ms=comp, last=last))
+    assert share.next_window_steps == 10
     off = Controller(4, PacingConfig(rebalance_probe_share=0.0), policies=["rebalance"])
     off.update(50, summaries(0, compute_ms=comp, last=last))
     assert off.guard.trial is not None and off.next_window_steps is None
@@ -236,7 +243,7 @@ def test_a_move_that_loads_a_new_straggler_is_replaced_at_once(summaries):
     ctl = Controller(4, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 90.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
-    assert state.shares is not None and ctl.next_window_steps == 10
+    assert state.shares is not None and ctl.next_window_steps == 5
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
     per = [60.0 / 16, 96.0 / 16, 60.0 / 16, 90.0 / 16]  # per sample: rank 1 1.6x, rank 3 still 1.5x
     comp2 = [p * n for p, n in zip(per, counts, strict=True)]
@@ -320,3 +327,115 @@ def test_the_drift_between_windows_pairs_only_windows_that_follow_each_other():
     assert 0 < ctl._drift_sd() < 0.01
     ctl._untreated = [(off, 100.0, 0), (off, 150.0, 3), (off, 151.0, 4), (off, 150.0, 5)]
     assert ctl._drift_sd() == 0.0  # two changes between neighbours: too few to measure drift
+
+
+def test_a_move_kept_on_its_probe_is_rechecked_in_short_windows(summaries):
+    """After a move is kept on its 5-step probe, the next whole window is run as 5-step re-checks that
+    only ask whether its straggler is gone: rank 3's fault ends in the third re-check, and the move is
+    undone there (before: a whole window of moved samples first, -0.4% instead of +2.5% when a 1.5x
+    node recovers 20 steps after the move)."""
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    ctl = Controller(4, policies=["rebalance"])
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    slow = [60.0 / 16 * n for n in counts[:3]] + [120.0 / 16 * counts[3]]
+    state, out = ctl.update(55, summaries(1, step_ms=90.0, compute_ms=slow, samples=counts, steps=5,
+                                          last=[1.0, 1.0, 1.0, 2.0]))
+    assert [(d.policy, d.action) for d in out] == [("guard", "keep")] and ctl.kept.shares is not None
+    assert ctl.next_window_steps == 5  # the first re-check
+    for w, at in ((2, 60), (3, 65)):  # still slow: nothing changes
+        state, out = ctl.update(at, summaries(w, step_ms=90.0, compute_ms=slow, samples=counts, steps=5,
+                                              last=[1.0, 1.0, 1.0, 2.0]))
+        assert out == [] and state.shares == ctl.kept.shares and ctl.next_window_steps == 5
+    even = [60.0 / 16 * n for n in counts]  # rank 3 at the fleet's speed per sample again
+    state, out = ctl.update(70, summaries(4, step_ms=80.0, compute_ms=even, samples=counts, steps=5,
+                                          last=[2.0, 2.0, 1.0, 0.0]))
+    assert [(d.policy, d.action) for d in out] == [("rebalance", "adjust")], out
+    assert "nothing left to relieve" in out[0].reason
+    assert state.shares is None and ctl.kept.shares is None and ctl.next_window_steps is None
+
+
+def test_rechecks_that_see_the_straggler_stay_make_up_one_whole_window(summaries):
+    """Re-checks that keep seeing the straggler end after one whole window of steps; the controller then
+    judges their union as that window (a further move can be proposed from it) and the windows are
+    whole again."""
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    ctl = Controller(4, policies=["rebalance"])
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    slow = [60.0 / 16 * n for n in counts[:3]] + [120.0 / 16 * counts[3]]
+    probe = {"step_ms": 90.0, "compute_ms": slow, "samples": counts, "last": [1.0, 1.0, 1.0, 2.0]}
+    ctl.update(55, summaries(1, steps=5, **probe))
+    lengths, out = [], []
+    step, w = 55, 2
+    while ctl._rechecking and w < 30:
+        n = ctl.next_window_steps
+        lengths.append(n)
+        step += n
+        _, out = ctl.update(step, summaries(w, steps=n, **probe))
+        w += 1
+    assert sum(lengths) == 50 and set(lengths) == {5}, lengths
+    assert ctl.kept.shares is not None and ctl._rechecks == []
+    # rank 3 is still slow after the damped move: the whole window proposes the next move (its
+    # trigger fired in the probe window too: the re-checks count as one window between them)
+    assert [(d.policy, d.action) for d in out] == [("rebalance", "enable")], out
+    off = Controller(4, PacingConfig(rebalance_recheck=0), policies=["rebalance"])
+    off.update(50, summaries(0, compute_ms=comp, last=last))
+    off.update(55, summaries(1, steps=5, **probe))
+    assert off.kept.shares is not None and off.next_window_steps is None
+
+
+def test_merge_windows_weights_by_steps_and_keeps_the_latest_tail(summaries):
+    from fabricpace.pacing.fleet import merge_windows
+
+    a = summaries(3, step_ms=100.0, compute_ms=[60.0, 60.0, 60.0, 90.0], steps=5, last=[1.0, 0.0, 0.0, 4.0])
+    b = summaries(4, step_ms=80.0, compute_ms=[60.0, 60.0, 60.0, 60.0], steps=15, last=[5.0, 5.0, 5.0, 0.0])
+    m = merge_windows([a, b])
+    r3 = m[3]
+    assert (r3.window, r3.first_step, r3.steps) == (4, a[3].first_step, 20)
+    assert r3.step_mean_ns == pytest.approx((5 * 100e6 + 15 * 80e6) / 20)
+    assert r3.compute_median_ns == pytest.approx((5 * 90e6 + 15 * 60e6) / 20)
+    assert (r3.last_arrivals, r3.collectives) == (4.0, a[3].collectives + b[3].collectives)
+    # the tail (5 steps of 20) lies in the second window: rank 3 is at the fleet's speed there
+    assert r3.tail_compute_median_ns == pytest.approx(60e6)
+    # the spread pools the between-window difference of the means
+    assert r3.step_std_ns > 1e6
+    assert merge_windows([a]) == a
+
+
+def test_a_fault_that_ends_inside_an_on_window_ends_the_trial_there(summaries):
+    """Rank 3's fault ends 40 steps into a full ON window of a rebalance trial: slow in the window's
+    median, at the fleet's speed in its last steps. The trial is reverted there as "its straggler is
+    gone" (before: it ran its next pair with the move; ResNet-50, node 1.5x slow until step 96, +4.1%
+    instead of +5.5%)."""
+    from dataclasses import replace as _replace
+
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    ctl = Controller(4, policies=["rebalance"])
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    slow = [60.0 / 16 * n for n in counts[:3]] + [120.0 / 16 * counts[3]]
+    # the probe shows no clear gain: the trial goes on with whole windows
+    ctl.update(55, summaries(1, step_ms=100.0, std_ms=20.0, compute_ms=slow, samples=counts, steps=5,
+                             last=[1.0, 1.0, 1.0, 2.0]))
+    assert ctl.guard.trial is not None and ctl.next_window_steps is None
+    step, w = 55, 2
+    while ctl.state.shares is None:  # control windows first (ABBA)
+        step += 50
+        ctl.update(step, summaries(w, compute_ms=comp, last=last))
+        w += 1
+    even = [60.0 / 16 * n for n in counts]
+    on = [
+        _replace(s, tail_compute_median_ns=even[s.rank] * 1e6, tail_samples_mean=counts[s.rank])
+        for s in summaries(w, step_ms=95.0, compute_ms=slow, samples=counts, last=[1.0, 1.0, 1.0, 30.0])
+    ]
+    _, out = ctl.update(step + 50, on)
+    assert [(d.policy, d.action) for d in out][:2] == [("rebalance", "note"), ("guard", "revert")], out
+    assert "ON window's last steps" in out[0].reason and "its straggler is gone" in out[1].reason
+    assert ctl.guard.trial is None and ctl.kept.shares is None

@@ -285,7 +285,10 @@ def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small
     """Rank 3 is 2x slow until step 50, the end of the first window: the rebalance tried at step 50 is
     compared with that window and kept, although the straggler is gone. The ranks that took its samples
     are then the slowest; the controller must give the samples back (the whole move, since a damped one
-    rounds to no move) instead of running 1 sample heavier for the rest of the run."""
+    rounds to no move, or equal shares once rank 3's tail is seen at the fleet's speed) instead of
+    running 1 sample heavier for the rest of the run. When that is seen depends on the seed's jitter
+    (the optimizer's fixed 10 ms makes rank 3, at fewer samples, look a few % slower per sample until
+    the fixed part is known), so three seeds are averaged."""
     from fabricpace.pacing import Controller
     from fabricpace.study.metrics import summarize_run
 
@@ -294,27 +297,32 @@ def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small
         {"jitter": {"cv": 0.02}, "slow": [{"rank": 3, "factor": 2.0, "to_step": 50}]},
     )
 
-    def throughput(name: str, ctl) -> tuple[float, object]:
+    def throughput(name: str, ctl, seed: int) -> tuple[float, object]:
         out = simulate(
             "single-switch",
             small_workload,
             noise,
             nodes=2,
             steps=300,
-            seed=3,
-            out_dir=tmp_path / name,
+            seed=seed,
+            out_dir=tmp_path / f"{name}{seed}",
             controller=ctl,
             options=SimOptions(window=50),
         )
         run = load_run(out)
         return float(summarize_run(run, 50)["throughput"]), run
 
-    base, _ = throughput("base", None)
-    paced, run = throughput("paced", Controller(16, policies="auto"))
-    reasons = run.pacing["reason"].to_list()
-    assert any("ranks holding extra samples are now the slowest" in r for r in reasons), reasons
-    # One window (50 of 250 measured steps) runs the move that no longer helps: about -1%.
-    assert paced >= 0.985 * base, (paced / base - 1, reasons)
+    ratios = []
+    for seed in (3, 4, 5):
+        base, _ = throughput("base", None, seed)
+        paced, run = throughput("paced", Controller(16, policies="auto"), seed)
+        reasons = run.pacing["reason"].to_list()
+        undone = ("ranks holding extra samples are now the slowest", "nothing left to relieve")
+        assert any(u in r for r in reasons for u in undone), reasons
+        assert run.pacing.filter(pl.col("action") == "adjust").height >= 1
+        ratios.append(paced / base)
+    # About one window (50 of 250 measured steps) runs the move that no longer helps: about -1%.
+    assert float(np.mean(ratios)) >= 0.985, ratios
 
 
 def test_rebalance_is_for_data_parallelism_only(tmp_path, write_yaml):
@@ -353,8 +361,8 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     """A different node is 1.3x slow in each window (a user's noise file; benchmark case
     "wandering-node-per-window"). The move tried for window 0's node runs while the next node is slow:
     it is reverted after its first ON window (before: after two ON windows, -2.1% on the paper
-    workload), which is a short probe of 10 steps (session 10: before, a whole 50-step window), and no
-    move is tried at once again."""
+    workload), which is a short probe of 5 steps (session 10: 10 steps; before, a whole 50-step window),
+    and no move is tried at once again."""
     from fabricpace.pacing import Controller
     from fabricpace.study.metrics import summarize_run
 
@@ -381,6 +389,42 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     d = r.pacing
     assert d.filter(pl.col("action") == "enable").height == 1, d
     revert = d.filter(pl.col("action") == "revert")
-    assert revert["step"].to_list() == [60] and "it hurts" in revert["reason"][0]
-    # one 10-step ON probe of 250 measured steps at the slower level
+    assert revert["step"].to_list() == [55] and "it hurts" in revert["reason"][0]
+    # one 5-step ON probe of 250 measured steps at the slower level
     assert paced >= 0.995 * base, paced / base - 1
+
+
+def test_a_straggler_ending_soon_after_its_move_was_kept_is_undone_by_a_recheck(tmp_path, write_yaml):
+    """Node 1 is 1.5x slow until step 70: the move proposed at 50 is kept on its probe (50-55) while
+    the node is still slow, and the node recovers 15 steps later. The 5-step re-checks after the keep
+    see it and give the samples back by step 80 (before: at 120, after a whole window of moved
+    samples: +0.4% instead of +2.5%). The workload has no fixed per-step part (no optimizer time), so
+    compute per sample is known from a few steps; with one, the re-checks pool their steps until the
+    fixed part can be told."""
+    from fabricpace.pacing import Controller
+    from fabricpace.study.metrics import summarize_run
+
+    workload = write_yaml(
+        tmp_path / "w.yaml",
+        {"name": "small", "parameters": 2.0e7, "layers": 8, "grad_bytes": 4, "batch_per_gpu": 16,
+         "compute": {"seconds": 0.1}},
+    )  # fmt: skip
+    slow = [{"node": 1, "factor": 1.5, "to_step": 70}]
+    noise = write_yaml(tmp_path / "ends70.yaml", {"jitter": {"cv": 0.02}, "slow": slow})
+
+    def run(name: str, ctl) -> tuple[float, object]:
+        out = simulate(
+            "single-switch", workload, noise, nodes=4, steps=300, seed=3,
+            out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),
+        )  # fmt: skip
+        r = load_run(out)
+        return float(summarize_run(r, 50)["throughput"]), r
+
+    base, _ = run("base", None)
+    paced, r = run("paced", Controller(32, policies="auto"))
+    d = r.pacing
+    assert d.filter(pl.col("action") == "keep")["step"].to_list()[0] == 55, d
+    undo = d.filter((pl.col("policy") == "rebalance") & (pl.col("action") == "adjust"))
+    assert undo.height == 1 and 70 < undo["step"][0] <= 80, d
+    assert "nothing left to relieve" in undo["reason"][0]
+    assert paced >= 1.015 * base, paced / base - 1

@@ -92,6 +92,14 @@ class PacingConfig:
     # ending there) is seen gone after these steps instead of a whole window of moved samples, and a
     # clear gain is kept as early. 0 = the ON window is as long as the others.
     rebalance_probe_share: float = 0.2
+    # A probe of this many steps whatever the window length (at least 5; 0 = the share above; no probe
+    # at all while the share is 0). What a straggler that ended with the proposing window costs is the
+    # probe's steps of moved samples, and 5 steps answer as well in a 100-step window as in a 20-step one.
+    rebalance_probe_steps: int = 5
+    # After a move is kept on its probe, re-check it every probe length for this many full windows (0 =
+    # off): only "is its straggler gone?" is asked. A straggler that ends right after the probe then
+    # costs a few steps of moved samples instead of a whole window.
+    rebalance_recheck: int = 1
     # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
     rebalance_min_share: float = 0.25
 

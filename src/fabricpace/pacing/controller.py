@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
-from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries
+from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries, merge_windows
 from fabricpace.pacing.guard import Guard, Verdict
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
@@ -84,13 +84,28 @@ class Controller:
         # next window after this many steps under the new state; every rank computes the same value.
         self.next_window_steps: int | None = None
         self._full_steps = 0.0  # the longest window seen: the usual window length
+        # Steps left in which a rebalance move kept on its probe is re-checked every probe length
+        # (``rebalance_recheck``); the window just closed was such a re-check when ``_rechecking``.
+        # The re-check windows so far: together they are judged as the one window they replace.
+        self._recheck_left = 0
+        self._rechecking = False
+        self._rechecks: list[list[WindowSummary]] = []
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
         """Consume one window's summaries; return the state for the next window and new decisions."""
+        out: list[Decision] = []
+        if self._rechecking:
+            self._rechecking = False
+            self._rechecks.append(list(summaries))
+            self._recheck_left -= max(1, round(fleet_view(summaries, self.world_size).steps))
+            summaries = merge_windows(self._rechecks)
+            if self._recheck_left > 0:
+                return self._recheck(step, fleet_view(summaries, self.world_size), out)
+            self._collapse_rechecks(self._rechecks[0][0].window, summaries[0].window)
+            self._rechecks = []  # together they make one whole window: judged as one, below
         fleet = fleet_view(summaries, self.world_size)
         self._full_steps = max(self._full_steps, fleet.steps)
-        out: list[Decision] = []
         if self.leaves is None and "placement" in self.policies:
             self.leaves = leaves_from_summaries(summaries, self.world_size)
         self._observe_transfer(fleet)
@@ -122,6 +137,38 @@ class Controller:
         self.next_window_steps = self._probe_steps(fleet, nxt)
         if self.next_window_steps is not None and self.guard.trial is not None:
             self.guard.trial.probe = nxt
+        elif self.guard.trial is None and self._recheck_left > 0 and self.kept.shares is not None:
+            self.next_window_steps = self._probe_len()
+            self._rechecking = True
+        else:
+            self._recheck_left = 0  # a new trial (or no kept move): its own windows decide
+        self.decisions.extend(out)
+        return self.state, out
+
+    def _collapse_rechecks(self, first: int, last: int) -> None:
+        """Re-check windows ``first..last`` stand for one window (``last``): what counts in windows —
+        a trigger's consecutive windows, a cooldown — counts them as one."""
+        span = last - first
+        if span <= 0:
+            return
+        self._streak = {k: (w + span if w >= first - 1 else w, n) for k, (w, n) in self._streak.items()}
+        self._cooldown_until = {k: w + span if w > first else w for k, w in self._cooldown_until.items()}
+
+    def _recheck(self, step: int, fleet: Fleet, out: list[Decision]) -> tuple[PacingState, list[Decision]]:
+        """A short window right after a rebalance move was kept on its probe: only "is its straggler
+        gone?" is asked (``_undo_recovered``), of the re-check windows so far taken together (``fleet``:
+        the longer they run, the better the fixed per-step part of compute is known), their tail being
+        the latest steps. A move kept on a few steps' evidence while its straggler was slow would
+        otherwise run a whole window of moved samples when that straggler ends right after the probe.
+        Everything else waits for the whole window the re-checks make up."""
+        self._undo_recovered(step, fleet, out)
+        self.state = self.kept
+        self.next_window_steps = None
+        if self.kept.shares is not None:
+            self.next_window_steps = min(self._probe_len(), self._recheck_left)
+            self._rechecking = True
+        else:  # undone: the windows so far are not judged again
+            self._recheck_left, self._rechecks = 0, []
         self.decisions.extend(out)
         return self.state, out
 
@@ -290,6 +337,12 @@ class Controller:
             return
         if v.decide == "keep":
             self.kept = trial.on
+            if (
+                "rebalance" in trial.policy.split("+")
+                and fleet.window == trial.probe
+                and self.config.rebalance_recheck > 0
+            ):
+                self._recheck_left = self.config.rebalance_recheck * round(self._full_steps)
             if "gc" in trial.policy.split("+"):
                 self._gc_rss_ref = fleet.rss
             self._decide(out, step, "guard", "keep", v.estimate, f"{trial.policy} kept: {v.describe()}")
@@ -322,10 +375,16 @@ class Controller:
             return None
         if nxt != t.start_window + 1:
             return None
-        # A share of a full window: the proposing window may itself have been a probe.
+        probe = self._probe_len()
+        return probe if probe < round(self._full_steps) else None
+
+    def _probe_len(self) -> int:
+        """Steps of a probe (and of a re-check window): ``rebalance_probe_steps``, or a share of a full
+        window (the proposing window may itself have been a probe), never more than a full window."""
         steps = round(self._full_steps)
-        probe = max(5, math.ceil(share * steps))
-        return probe if probe < steps else None
+        c = self.config
+        probe = c.rebalance_probe_steps or math.ceil(c.rebalance_probe_share * steps)
+        return min(max(5, probe), max(1, steps))
 
     def _undo_recovered(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         """A kept move is kept because its straggler was slow. Once the ranks it relieved are no longer

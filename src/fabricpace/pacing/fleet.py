@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricpace.pacing.rebalance import fixed_step_cost
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,3 +118,60 @@ def leaves_from_summaries(summaries: Sequence[WindowSummary], world_size: int) -
     number: dict[float, int] = {}
     leaves = tuple(number.setdefault(ids[r], len(number)) for r in range(world_size))
     return leaves if len(number) >= 2 else None
+
+
+def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSummary]:
+    """Consecutive windows of every rank's summaries as one window (a list per window, in order).
+
+    The controller splits one window into short re-check windows after a move kept on its probe; their
+    union is then judged as the whole window would have been. Per-step means and the medians are
+    step-weighted means (a median of medians is not available; over windows of one state it is close),
+    counts add up, the standard deviation pools the within- and between-window spread, and the tail is
+    the last windows that together cover ``tail_steps`` of the union (each re-check window is no longer
+    than a tail, so its whole median stands for its steps).
+    """
+    if not windows:
+        raise ValueError("merge_windows: no windows")
+    if len(windows) == 1:
+        return list(windows[0])
+    per_rank = [sorted(w, key=lambda s: s.rank) for w in windows]
+    a = np.stack([np.stack([s.to_array() for s in w]) for w in per_rank])  # window x rank x field
+    col = {name: a[:, :, i] for i, name in enumerate(WINDOW_FIELDS)}
+    steps = col["steps"]
+    total = steps.sum(axis=0)
+    wt = steps / np.maximum(total, 1.0)
+
+    def mean(name: str) -> np.ndarray:
+        return (col[name] * wt).sum(axis=0)
+
+    step_mean = mean("step_mean_ns")
+    var = ((col["step_std_ns"] ** 2 + (col["step_mean_ns"] - step_mean) ** 2) * wt).sum(axis=0)
+    compute, samples = mean("compute_median_ns"), mean("samples_mean")
+    # the tail: the last windows covering tail_steps(total) steps
+    back = np.cumsum(steps[::-1], axis=0)[::-1]  # steps from each window to the end
+    need = np.array([tail_steps(int(t)) for t in total], dtype=np.float64)
+    covered = (back - steps) < need  # a window that starts inside the tail
+    tw = np.where(covered, steps, 0.0)
+    tw = tw / np.maximum(tw.sum(axis=0), 1.0)
+    out = []
+    for r in range(len(per_rank[-1])):
+        values = {n: float(col[n][-1, r]) for n in WINDOW_FIELDS}
+        values.update(
+            first_step=float(col["first_step"][0, r]),
+            steps=float(total[r]),
+            step_mean_ns=float(step_mean[r]),
+            step_median_ns=float(mean("step_median_ns")[r]),
+            step_std_ns=float(np.sqrt(var[r])),
+            compute_median_ns=float(compute[r]),
+            compute_per_sample_ns=float(compute[r] / samples[r]) if samples[r] > 0 else 0.0,
+            samples_mean=float(samples[r]),
+            tail_compute_median_ns=float((col["compute_median_ns"][:, r] * tw[:, r]).sum()),
+            tail_samples_mean=float((col["samples_mean"][:, r] * tw[:, r]).sum()),
+        )
+        for n in ("wait_mean_ns", "comm_mean_ns", "transfer_mean_ns", "data_mean_ns", "gc_mean_ns",
+                  "paced_mean_ns", "skew_mean_ns"):
+            values[n] = float(mean(n)[r])
+        for n in ("last_arrivals", "collectives", "gc_count", "arrivals_compared"):
+            values[n] = float(col[n][:, r].sum())
+        out.append(WindowSummary.from_array(np.array([values[n] for n in WINDOW_FIELDS])))
+    return out

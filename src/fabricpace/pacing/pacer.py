@@ -130,10 +130,17 @@ class Pacer:
             self._turn_off(step, f"controller error: {type(exc).__name__}: {exc}")
             return
         probe = self.controller.next_window_steps
-        if probe:
+        if probe and state.shares != self._share_values[-1]:
             # The new shares apply from step + 1 + share_lag_steps (``_apply``): the probe counts from
-            # there, so it measures ``probe`` steps of the move.
-            self.next_window_end = step + 1 + self.share_lag_steps + int(probe)
+            # there. The open window began where the summarized one ended, so its first steps ran the
+            # old shares; the window's medians must speak for the new ones, so the new shares run at
+            # least one step more than the old ones did.
+            apply = step + 1 + self.share_lag_steps
+            start = summaries[0].first_step + summaries[0].steps if summaries else apply
+            self.next_window_end = apply + max(int(probe), apply - start + 1)
+        elif probe:
+            # A re-check of a kept move (docs/pacing.md): nothing changes, the window counts from now.
+            self.next_window_end = step + 1 + int(probe)
         dt = time.perf_counter() - t0
         self.controller_s += dt
         if dt > self.config.controller_timeout_s:

@@ -14,6 +14,7 @@ import numpy as np
 from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.fleet import Fleet
 from fabricpace.pacing.guard import Trial
+from fabricpace.run.window import tail_steps
 
 
 def _on_shares(trial: Trial, fleet: Fleet) -> np.ndarray | None:
@@ -43,10 +44,22 @@ def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | No
         return None
     excess = cps / float(np.median(cps)) - 1.0
     now = float(np.median(excess[donors]))
-    if now >= config.straggler_compute_excess:
-        return None
     who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {fmt_ranks(donors)}"
-    return f"{who} no longer slower per sample in the move's ON window ({now * 100:+.0f}% vs median)"
+    if now < config.straggler_compute_excess:
+        return f"{who} no longer slower per sample in the move's ON window ({now * 100:+.0f}% vs median)"
+    # Slow over most of the window but no longer at its end: a fault that ended inside the ON window
+    # (the same test a kept move is undone by); else the trial would run another pair after it.
+    tail = fleet.tail_cps
+    gone = config.straggler_tail_gone_excess
+    if gone <= 0 or tail is None or fleet.steps <= tail_steps(int(fleet.steps)):
+        return None
+    med = float(np.median(tail))
+    if not (np.isfinite(med) and med > 0):
+        return None
+    late = float(np.median(tail[donors])) / med - 1.0
+    if late >= gone:
+        return None
+    return f"{who} no longer slower per sample in the ON window's last steps ({late * 100:+.0f}% vs median)"
 
 
 def loads_a_straggler(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | None:
