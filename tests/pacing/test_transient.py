@@ -439,3 +439,28 @@ def test_a_fault_that_ends_inside_an_on_window_ends_the_trial_there(summaries):
     assert [(d.policy, d.action) for d in out][:2] == [("rebalance", "note"), ("guard", "revert")], out
     assert "ON window's last steps" in out[0].reason and "its straggler is gone" in out[1].reason
     assert ctl.guard.trial is None and ctl.kept.shares is None
+
+
+def test_a_straggler_gone_in_the_last_recheck_is_undone_there(summaries):
+    """Node fault 100..200, move kept on its probe at 155: the re-checks run to 205 and only the last
+    one (200..205) is clean. The whole window they make up is judged with the last re-check as its
+    tail, so the move is undone at 205 (before: the tail was the last 10 steps, half of them slow, and
+    the move ran a whole window more: user scenario x29, +3.5% -> -0.1%)."""
+    from fabricpace.pacing.rebalance import counts_from_shares
+
+    ctl = Controller(4, policies=["rebalance"])
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
+    slow = [60.0 / 16 * n for n in counts[:3]] + [120.0 / 16 * counts[3]]
+    even = [60.0 / 16 * n for n in counts]
+    kw = {"step_ms": 90.0, "samples": counts, "last": [1.0, 1.0, 1.0, 2.0], "steps": 5}
+    ctl.update(55, summaries(1, compute_ms=slow, **kw))
+    assert ctl._rechecking
+    step, w, out = 55, 2, []
+    while ctl._rechecking:
+        step += 5
+        _, out = ctl.update(step, summaries(w, compute_ms=slow if step < 105 else even, **kw))
+        w += 1
+    assert step == 105 and [(d.policy, d.action) for d in out] == [("rebalance", "adjust")], out
+    assert ctl.kept.shares is None

@@ -127,8 +127,9 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSumm
     union is then judged as the whole window would have been. Per-step means and the medians are
     step-weighted means (a median of medians is not available; over windows of one state it is close),
     counts add up, the standard deviation pools the within- and between-window spread, and the tail is
-    the last windows that together cover ``tail_steps`` of the union (each re-check window is no longer
-    than a tail, so its whole median stands for its steps).
+    the last window's (or, when it is shorter than a tail, the last windows that cover one): what the
+    re-checks are for is the latest steps (a re-check window is no longer than a tail, so its whole
+    median stands for its steps).
     """
     if not windows:
         raise ValueError("merge_windows: no windows")
@@ -147,9 +148,9 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSumm
     step_mean = mean("step_mean_ns")
     var = ((col["step_std_ns"] ** 2 + (col["step_mean_ns"] - step_mean) ** 2) * wt).sum(axis=0)
     compute, samples = mean("compute_median_ns"), mean("samples_mean")
-    # the tail: the last windows covering tail_steps(total) steps
+    # the tail: the last windows covering the tail of the last one
     back = np.cumsum(steps[::-1], axis=0)[::-1]  # steps from each window to the end
-    need = np.array([tail_steps(int(t)) for t in total], dtype=np.float64)
+    need = np.array([tail_steps(max(5, int(t))) for t in steps[-1]], dtype=np.float64)
     covered = (back - steps) < need  # a window that starts inside the tail
     tw = np.where(covered, steps, 0.0)
     tw = tw / np.maximum(tw.sum(axis=0), 1.0)
