@@ -363,8 +363,6 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     it is reverted after its first ON window (before: after two ON windows, -2.1% on the paper
     workload), which is a short probe of 5 steps (session 10: 10 steps; before, a whole 50-step window),
     and no move is tried at once again."""
-    from fabricpace.pacing import Controller
-    from fabricpace.study.metrics import summarize_run
 
     noise = write_yaml(
         tmp_path / "wander.yaml",
@@ -376,16 +374,7 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
         },
     )
 
-    def run(name: str, ctl) -> tuple[float, object]:
-        out = simulate(
-            "single-switch", small_workload, noise, nodes=4, steps=300, seed=3,
-            out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),
-        )  # fmt: skip
-        r = load_run(out)
-        return float(summarize_run(r, 50)["throughput"]), r
-
-    base, _ = run("base", None)
-    paced, r = run("paced", Controller(32, policies="auto"))
+    base, paced, r = _base_and_paced(tmp_path, small_workload, noise)
     d = r.pacing
     assert d.filter(pl.col("action") == "enable").height == 1, d
     revert = d.filter(pl.col("action") == "revert")
@@ -401,8 +390,6 @@ def test_a_straggler_ending_soon_after_its_move_was_kept_is_undone_by_a_recheck(
     samples: +0.4% instead of +2.5%). The workload has no fixed per-step part (no optimizer time), so
     compute per sample is known from a few steps; with one, the re-checks pool their steps until the
     fixed part can be told."""
-    from fabricpace.pacing import Controller
-    from fabricpace.study.metrics import summarize_run
 
     workload = write_yaml(
         tmp_path / "w.yaml",
@@ -412,19 +399,27 @@ def test_a_straggler_ending_soon_after_its_move_was_kept_is_undone_by_a_recheck(
     slow = [{"node": 1, "factor": 1.5, "to_step": 70}]
     noise = write_yaml(tmp_path / "ends70.yaml", {"jitter": {"cv": 0.02}, "slow": slow})
 
-    def run(name: str, ctl) -> tuple[float, object]:
-        out = simulate(
-            "single-switch", workload, noise, nodes=4, steps=300, seed=3,
-            out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),
-        )  # fmt: skip
-        r = load_run(out)
-        return float(summarize_run(r, 50)["throughput"]), r
-
-    base, _ = run("base", None)
-    paced, r = run("paced", Controller(32, policies="auto"))
+    base, paced, r = _base_and_paced(tmp_path, workload, noise)
     d = r.pacing
     assert d.filter(pl.col("action") == "keep")["step"].to_list()[0] == 55, d
     undo = d.filter((pl.col("policy") == "rebalance") & (pl.col("action") == "adjust"))
     assert undo.height == 1 and 70 < undo["step"][0] <= 80, d
     assert "nothing left to relieve" in undo["reason"][0]
     assert paced >= 1.015 * base, paced / base - 1
+
+
+def _base_and_paced(tmp_path, workload, noise) -> tuple[float, float, object]:
+    """Throughput without and with pacing="auto" (4 single-switch nodes, 300 steps, windows of 50,
+    seed 3), and the paced run."""
+    from fabricpace.pacing import Controller
+    from fabricpace.study.metrics import summarize_run
+
+    out = {}
+    for name, ctl in (("base", None), ("paced", Controller(32, policies="auto"))):
+        d = simulate(
+            "single-switch", workload, noise, nodes=4, steps=300, seed=3,
+            out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),
+        )  # fmt: skip
+        r = load_run(d)
+        out[name] = (float(summarize_run(r, 50)["throughput"]), r)
+    return out["base"][0], out["paced"][0], out["paced"][1]
