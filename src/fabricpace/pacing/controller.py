@@ -28,7 +28,14 @@ from fabricpace.pacing.guard import Guard, Verdict
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
-from fabricpace.pacing.stragglers import fmt_ranks, loads_a_straggler, recovered, still_slow, straggler_gone
+from fabricpace.pacing.stragglers import (
+    fmt_ranks,
+    loads_a_straggler,
+    recovered,
+    still_slow,
+    straggler_gone,
+    waits_on_straggler,
+)
 from fabricpace.run.window import WindowSummary
 
 
@@ -244,7 +251,10 @@ class Controller:
 
         Transfer is measured relative to the fleet's median compute per step: when the host itself
         slows down (other processes taking the CPU), compute and transfer stretch together and their
-        ratio stays; contention in the network stretches transfer alone."""
+        ratio stays; contention in the network stretches transfer alone. A window whose collectives wait
+        on a straggler is not a quiet level: its buckets reach the network one by one as the straggler
+        sends them and cross it alone (paper workload, rank 3 2x slow: 0.70 of compute against 2.5-2.7
+        in healthy windows), so healthy windows after it read as inflated."""
         c = self.config
         comp = float(np.median(fleet.compute)) if fleet.compute.size else 0.0
         t = fleet.transfer / comp if np.isfinite(comp) and comp > 0 else math.nan
@@ -259,7 +269,7 @@ class Controller:
             if ok and quiet > 0:
                 self._inflation = t / quiet
                 self._inflated_now = self._inflation > c.comm_high and t - quiet > c.comm_noise_k * spread
-        if ok and not self._gating_now(fleet.window):
+        if ok and not self._gating_now(fleet.window) and not waits_on_straggler(fleet, c):
             self._transfers.append(float(t))
 
     def _gating_now(self, window: int) -> bool:

@@ -129,6 +129,16 @@ def recovered(fleet: Fleet, shares: np.ndarray, config: PacingConfig) -> str | N
     )
 
 
+def waits_on_straggler(fleet: Fleet, config: PacingConfig) -> bool:
+    """Whether the window's collectives wait on stragglers: ranks at least the trigger slower per sample
+    than the median that together arrive last in at least ``straggler_last_share`` of them."""
+    cps = fleet.cps
+    if not fleet.has_arrivals or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
+        return False
+    slow = cps / float(np.median(cps)) - 1.0 >= config.straggler_compute_excess
+    return bool(slow.any() and float(fleet.last_share[slow].sum()) >= config.straggler_last_share)
+
+
 def fmt_ranks(ranks: np.ndarray) -> str:
     """Ranks for a decision's reason: 8-15, or 1,3,5 (at most 8 listed)."""
     r = [int(x) for x in ranks]
