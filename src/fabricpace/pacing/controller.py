@@ -105,7 +105,7 @@ class Controller:
         if self._rechecking:
             self._rechecking = False
             self._rechecks.append(list(summaries))
-            self._recheck_left -= max(1, round(fleet_view(summaries, self.world_size).steps))
+            self._recheck_left -= max(1, int(summaries[0].steps)) if summaries else 1
             summaries = merge_windows(self._rechecks)
             if self._recheck_left > 0:
                 return self._recheck(step, fleet_view(summaries, self.world_size), out)

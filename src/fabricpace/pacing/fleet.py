@@ -145,34 +145,33 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSumm
     def mean(name: str) -> np.ndarray:
         return (col[name] * wt).sum(axis=0)
 
-    step_mean = mean("step_mean_ns")
-    var = ((col["step_std_ns"] ** 2 + (col["step_mean_ns"] - step_mean) ** 2) * wt).sum(axis=0)
-    compute, samples = mean("compute_median_ns"), mean("samples_mean")
     # the tail: the last windows covering the tail of the last one
     back = np.cumsum(steps[::-1], axis=0)[::-1]  # steps from each window to the end
     need = np.array([tail_steps(max(5, int(t))) for t in steps[-1]], dtype=np.float64)
-    covered = (back - steps) < need  # a window that starts inside the tail
-    tw = np.where(covered, steps, 0.0)
+    tw = np.where((back - steps) < need, steps, 0.0)  # windows that start inside the tail
     tw = tw / np.maximum(tw.sum(axis=0), 1.0)
-    out = []
-    for r in range(len(per_rank[-1])):
-        values = {n: float(col[n][-1, r]) for n in WINDOW_FIELDS}
-        values.update(
-            first_step=float(col["first_step"][0, r]),
-            steps=float(total[r]),
-            step_mean_ns=float(step_mean[r]),
-            step_median_ns=float(mean("step_median_ns")[r]),
-            step_std_ns=float(np.sqrt(var[r])),
-            compute_median_ns=float(compute[r]),
-            compute_per_sample_ns=float(compute[r] / samples[r]) if samples[r] > 0 else 0.0,
-            samples_mean=float(samples[r]),
-            tail_compute_median_ns=float((col["compute_median_ns"][:, r] * tw[:, r]).sum()),
-            tail_samples_mean=float((col["samples_mean"][:, r] * tw[:, r]).sum()),
-        )
-        for n in ("wait_mean_ns", "comm_mean_ns", "transfer_mean_ns", "data_mean_ns", "gc_mean_ns",
-                  "paced_mean_ns", "skew_mean_ns"):
-            values[n] = float(mean(n)[r])
-        for n in ("last_arrivals", "collectives", "gc_count", "arrivals_compared"):
-            values[n] = float(col[n][:, r].sum())
-        out.append(WindowSummary.from_array(np.array([values[n] for n in WINDOW_FIELDS])))
-    return out
+    step_mean = mean("step_mean_ns")
+    var = ((col["step_std_ns"] ** 2 + (col["step_mean_ns"] - step_mean) ** 2) * wt).sum(axis=0)
+    compute, samples = mean("compute_median_ns"), mean("samples_mean")
+    merged = a[-1].copy()  # rank x field: the last window's values (rank, window, leaf, rss, ...)
+    set_ = {
+        "first_step": col["first_step"][0],
+        "steps": total,
+        "step_mean_ns": step_mean,
+        "step_median_ns": mean("step_median_ns"),
+        "step_std_ns": np.sqrt(var),
+        "compute_median_ns": compute,
+        "compute_per_sample_ns": np.where(samples > 0, compute / np.where(samples > 0, samples, 1.0), 0.0),
+        "samples_mean": samples,
+        "tail_compute_median_ns": (col["compute_median_ns"] * tw).sum(axis=0),
+        "tail_samples_mean": (col["samples_mean"] * tw).sum(axis=0),
+    }
+    for n in ("wait_mean_ns", "comm_mean_ns", "transfer_mean_ns", "data_mean_ns", "gc_mean_ns",
+              "paced_mean_ns", "skew_mean_ns"):
+        set_[n] = mean(n)
+    for n in ("last_arrivals", "collectives", "gc_count", "arrivals_compared"):
+        set_[n] = col[n].sum(axis=0)
+    index = {n: i for i, n in enumerate(WINDOW_FIELDS)}
+    for n, v in set_.items():
+        merged[:, index[n]] = v
+    return [WindowSummary.from_array(row) for row in merged]

@@ -49,15 +49,10 @@ def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | No
         return f"{who} no longer slower per sample in the move's ON window ({now * 100:+.0f}% vs median)"
     # Slow over most of the window but no longer at its end: a fault that ended inside the ON window
     # (the same test a kept move is undone by); else the trial would run another pair after it.
-    tail = fleet.tail_cps
-    gone = config.straggler_tail_gone_excess
-    if gone <= 0 or tail is None or fleet.steps <= tail_steps(int(fleet.steps)):
+    if fleet.steps <= tail_steps(int(fleet.steps)):
         return None
-    med = float(np.median(tail))
-    if not (np.isfinite(med) and med > 0):
-        return None
-    late = float(np.median(tail[donors])) / med - 1.0
-    if late >= gone:
+    late = _tail_gone(fleet, donors, config)
+    if late is None:
         return None
     return f"{who} no longer slower per sample in the ON window's last steps ({late * 100:+.0f}% vs median)"
 
@@ -109,24 +104,32 @@ def recovered(fleet: Fleet, shares: np.ndarray, config: PacingConfig) -> str | N
     window's last steps — their median excess over the tail's median below
     ``straggler_tail_gone_excess`` (half the trigger, so one noisy tail of a straggler just above the
     trigger does not undo its move). None when the tail is not known or the check is off."""
-    gone = config.straggler_tail_gone_excess
-    if gone <= 0 or fleet.tail_cps is None:
-        return None
     # The ranks the move was made for: those that gave at least half as much as the largest giver
     # (a later small adjustment can leave ranks a hair below equal; they are not its stragglers).
     gave = 1.0 / shares.size - shares
     donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
-    med = float(np.median(fleet.tail_cps))
-    if donors.size == 0 or not (np.isfinite(med) and med > 0):
-        return None
-    now = float(np.median(fleet.tail_cps[donors])) / med - 1.0
-    if now >= gone:
+    now = _tail_gone(fleet, donors, config)
+    if now is None:
         return None
     who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {fmt_ranks(donors)}"
     return (
         f"{who} no longer slower per sample in the window's last steps ({now * 100:+.0f}% vs median): "
         "the move has nothing left to relieve, equal shares again"
     )
+
+
+def _tail_gone(fleet: Fleet, ranks: np.ndarray, config: PacingConfig) -> float | None:
+    """The median excess per sample of ``ranks`` over the tail's median when it is below
+    ``straggler_tail_gone_excess`` (they are no longer slow in the window's last steps), else None
+    (still slow, no ranks, the tail not known, or the check off)."""
+    gone, tail = config.straggler_tail_gone_excess, fleet.tail_cps
+    if gone <= 0 or tail is None or ranks.size == 0:
+        return None
+    med = float(np.median(tail))
+    if not (np.isfinite(med) and med > 0):
+        return None
+    now = float(np.median(tail[ranks])) / med - 1.0
+    return now if now < gone else None
 
 
 def waits_on_straggler(fleet: Fleet, config: PacingConfig) -> bool:
