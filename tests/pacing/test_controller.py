@@ -8,6 +8,10 @@ from fabricpace import ConfigError
 from fabricpace.pacing import Controller, PacingConfig, PacingState, parse_policies
 from fabricpace.pacing.rebalance import counts_from_shares
 
+# A first move tried at once, without a confirmation window (``rebalance_confirm_steps`` = 0): these
+# tests are about what follows the move.
+_AT_ONCE = PacingConfig(rebalance_confirm_steps=0)
+
 
 def test_healthy_run_takes_no_action(summaries):
     ctl = Controller(4)
@@ -126,7 +130,7 @@ def test_status_counts_a_trial_in_pairs_up_to_the_most_it_can_take(summaries):
 
 
 def test_straggler_gets_fewer_samples_with_a_reason(summaries):
-    ctl = Controller(4, policies=("rebalance",))
+    ctl = Controller(4, _AT_ONCE, policies=("rebalance",))
     comp = [60.0, 90.0, 60.0, 60.0]
     last = [1.0, 45.0, 2.0, 2.0]
     state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))  # clear: tried at once
@@ -161,7 +165,7 @@ def test_one_off_triggers_start_no_trial(summaries):
 def test_a_clear_straggler_is_tried_at_once_and_its_recovery_undone_at_once(summaries):
     """A rank last in nearly every collective of a window and far slower is tried in the next window;
     when it recovers, the ranks that took its samples arrive last and the shares go back at once."""
-    ctl = Controller(4, policies=("rebalance",))
+    ctl = Controller(4, _AT_ONCE, policies=("rebalance",))
     comp, last = [60.0, 90.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
     state, dec = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     assert [d.policy for d in dec] == ["rebalance"] and state.shares is not None
@@ -319,7 +323,7 @@ def test_a_move_whose_straggler_is_gone_in_its_on_window_is_reverted_at_once(sum
     rank 1 runs while rank 2 is slow, so the ON window is slower and rank 1 no longer slow per sample.
     The move is reverted after that one pair (before: a second pair, one more ON window), and from then
     on a straggler must persist for two windows before a move is tried."""
-    ctl = Controller(4, policies=("rebalance",))
+    ctl = Controller(4, _AT_ONCE, policies=("rebalance",))
 
     def slow_window(w: int, r: int, samples: list[float], step_ms: float) -> tuple:
         comp = [60.0 / 16 * n for n in samples]
@@ -351,7 +355,7 @@ def test_a_move_whose_straggler_persists_is_judged_by_the_guard_alone(summaries)
     """The early revert needs both: the ranks relieved are no longer slow AND the ON window is slower.
     A straggler that is still slow per sample in a slower ON window (e.g. a noisy window) is left to the
     guard's pairs, as before."""
-    ctl = Controller(4, policies=("rebalance",))
+    ctl = Controller(4, _AT_ONCE, policies=("rebalance",))
     comp, last = [60.0, 90.0, 60.0, 60.0], [1.0, 45.0, 2.0, 2.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     samples = [float(n) for n in counts_from_shares(state.shares, 64, 4)]

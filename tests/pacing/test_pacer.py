@@ -93,10 +93,16 @@ def test_shares_take_effect_after_the_lag_on_every_rank(tmp_path, summaries):
     for p in pacers:
         p.on_step_end(49)
         p.on_window(49, s)
+    # first a 5-step window on the old shares confirms that rank 1 is still slow
+    assert all(p.next_window_end == 55 and p.batch_counts(64, 54) == [16] * 4 for p in pacers)
+    c = summaries(1, steps=5, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[0.0, 5.0, 0.0, 0.0])
+    for p in pacers:
+        p.on_step_end(54)
+        p.on_window(54, [replace(x, first_step=50) for x in c])
     lag = pacers[0].share_lag_steps
-    for step in (50, 50 + lag - 1):
+    for step in (55, 55 + lag - 1):
         assert pacers[0].batch_counts(64, step) == [16, 16, 16, 16]
-    after = [p.batch_counts(64, 50 + lag) for p in pacers]
+    after = [p.batch_counts(64, 55 + lag) for p in pacers]
     assert all(a == after[0] for a in after) and sum(after[0]) == 64 and after[0][1] < 16
 
 
@@ -165,10 +171,14 @@ def test_a_probe_window_runs_the_new_shares_longer_than_the_old_ones(summaries):
     p = make_pacer("rebalance", rank=0, world_size=4, run_dir=None, window=50)
     s = summaries(0, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[1.0, 45.0, 2.0, 2.0])  # steps 0-49
     p.on_step_end(51)
-    p.on_window(51, s)  # decided two steps into the next window
+    p.on_window(51, s)  # decided two steps into the next window: first a confirmation window
+    assert p.controller.next_window_steps == 5 and p.next_window_end == 51 + 1 + 5
+    c = summaries(1, steps=7, compute_ms=[60.0, 90.0, 60.0, 60.0], last=[0.0, 7.0, 0.0, 0.0])  # 50-56
+    p.on_step_end(58)
+    p.on_window(58, [replace(x, first_step=50) for x in c])  # rank 1 still slow: the trial starts
     assert p.controller.next_window_steps == 5
-    apply = 51 + 1 + p.share_lag_steps  # the new shares run from here; steps 50..apply-1 ran the old
-    assert p.next_window_end == apply + max(5, apply - 50 + 1)
+    apply = 58 + 1 + p.share_lag_steps  # the new shares run from here; steps 57..apply-1 ran the old
+    assert p.next_window_end == apply + max(5, apply - 57 + 1)
     # the probe shows a clear gain (rank 1 still slow per sample, the step faster): kept, and the kept
     # move is re-checked in windows that count from the decision (the shares do not change)
     from fabricpace.pacing.rebalance import counts_from_shares
@@ -177,9 +187,9 @@ def test_a_probe_window_runs_the_new_shares_longer_than_the_old_ones(summaries):
     comp = [60.0 / 16 * n for n in counts]
     comp[1] = 90.0 / 16 * counts[1]
     end = p.next_window_end
-    probe = summaries(1, step_ms=80.0, compute_ms=comp, samples=counts, steps=end - 50,
+    probe = summaries(2, step_ms=80.0, compute_ms=comp, samples=counts, steps=end - 57,
                       last=[5.0, 5.0, 5.0, 5.0])  # fmt: skip
-    probe = [replace(x, first_step=50) for x in probe]
+    probe = [replace(x, first_step=57) for x in probe]
     p.on_step_end(end)
     p.on_window(end, probe)
     assert [d.action for d in p.decisions][-1] == "keep", p.decisions

@@ -11,6 +11,10 @@ from fabricpace.pacing import Controller, PacingConfig
 from fabricpace.pacing.rebalance import fixed_step_cost
 from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
 
+# A first move tried at once, without a confirmation window (``rebalance_confirm_steps`` = 0): these
+# tests are about what follows the move.
+_AT_ONCE = PacingConfig(rebalance_confirm_steps=0)
+
 
 def _with_tail(summaries: list[WindowSummary], tail_ms: list[float]) -> list[WindowSummary]:
     return [
@@ -26,15 +30,15 @@ def test_a_straggler_that_recovered_inside_the_window_is_not_moved_at_once(summa
     once as before."""
     comp = [60.0, 60.0, 60.0, 120.0]
     last = [0.0, 0.0, 0.0, 40.0]
-    gone = Controller(4, policies=["rebalance"])
+    gone = Controller(4, _AT_ONCE, policies=["rebalance"])
     _, out = gone.update(50, _with_tail(summaries(0, compute_ms=comp, last=last), [60.0, 61.0, 59.0, 60.5]))
     assert not [d for d in out if d.action == "enable"], out
     assert gone.guard.trial is None
-    still = Controller(4, policies=["rebalance"])
+    still = Controller(4, _AT_ONCE, policies=["rebalance"])
     _, out = still.update(50, _with_tail(summaries(0, compute_ms=comp, last=last), [60.0, 61.0, 59.0, 119.0]))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"]
     # Without tail fields (an older sender) the window's median decides, as before.
-    old = Controller(4, policies=["rebalance"])
+    old = Controller(4, _AT_ONCE, policies=["rebalance"])
     _, out = old.update(50, summaries(0, compute_ms=comp, last=last))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"]
 
@@ -45,10 +49,10 @@ def test_a_tail_that_was_quiet_still_counts_toward_persistence(summaries):
     comp = [60.0, 60.0, 60.0, 120.0]
     last = [0.0, 0.0, 0.0, 40.0]
     weak = [60.0, 60.0, 60.0, 65.4]  # 9% slow: below the clear excess, so it must fire in two windows
-    fresh = Controller(4, policies=["rebalance"])
+    fresh = Controller(4, _AT_ONCE, policies=["rebalance"])
     _, out = fresh.update(100, _with_tail(summaries(1, compute_ms=weak, last=last, samples=160.0), weak))
     assert not [d for d in out if d.action == "enable"]  # one window of a weak straggler: waits
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     quiet_tail = [60.0, 60.0, 60.0, 60.0]
     ctl.update(50, _with_tail(summaries(0, compute_ms=comp, last=last, samples=160.0), quiet_tail))
     assert ctl.guard.trial is None
@@ -95,7 +99,8 @@ def test_a_kept_move_is_undone_when_the_straggler_recovered(summaries, gone_exce
     from fabricpace.pacing.config import PacingConfig
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, PacingConfig(straggler_tail_gone_excess=gone_excess), policies=["rebalance"])
+    config = PacingConfig(straggler_tail_gone_excess=gone_excess, rebalance_confirm_steps=0)
+    ctl = Controller(4, config, policies=["rebalance"])
     slow = [0.375, 0.375, 0.375, 0.75]
     even = [160, 160, 160, 160]
     ctl.update(50, _window(summaries, 0, slow, even, slow, step_ms=100.0, last=[0.0, 0.0, 0.0, 40.0]))
@@ -124,7 +129,7 @@ def test_a_move_whose_straggler_left_is_not_reported_as_kept(summaries):
     kept the move ("step time -30% with it", a claim the move did not earn) and undid it in the same
     window; now it is reverted as "its straggler is gone", with no cooldown and the same result:
     equal shares from the next window on, and a straggler that comes back is moved at once."""
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     slow = [0.375, 0.375, 0.375, 0.75]
     even = [160, 160, 160, 160]
     ctl.update(50, _window(summaries, 0, slow, even, slow, step_ms=100.0, last=[0.0, 0.0, 0.0, 40.0]))
@@ -169,7 +174,7 @@ def test_a_group_just_above_the_trigger_is_not_lost_to_one_noisy_tail(summaries)
     comp = [60.0] * 5 + [63.24] * 3
     tail = [60.0] * 5 + [63.3, 62.94, 63.2]
     last = [0.0] * 5 + [10.0] * 3
-    ctl = Controller(8, policies=["rebalance"])
+    ctl = Controller(8, _AT_ONCE, policies=["rebalance"])
     for w in (0, 1):
         window = summaries(w, 8, compute_ms=comp, last=last, samples=256.0, step_ms=45.0)
         _, out = ctl.update(50 * (w + 1), _with_tail(window, tail))
@@ -181,26 +186,88 @@ def test_a_rebalance_trial_opens_with_a_short_probe_window(summaries):
     window length (or, with that 0, a fifth of the proposing window, at least 5 steps): a straggler gone
     right after the proposing window costs those steps, not a whole window."""
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     state, out = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"] and state.shares is not None
     assert ctl.next_window_steps == 5
-    long = Controller(4, policies=["rebalance"])
+    long = Controller(4, _AT_ONCE, policies=["rebalance"])
     long.update(100, summaries(0, compute_ms=comp, last=last, steps=100))
     assert long.next_window_steps == 5
-    share = Controller(4, PacingConfig(rebalance_probe_steps=0), policies=["rebalance"])
+    share = Controller(4, replace(_AT_ONCE, rebalance_probe_steps=0), policies=["rebalance"])
     share.update(50, summaries(0, compute_ms=comp, last=last))
     assert share.next_window_steps == 10
-    off = Controller(4, PacingConfig(rebalance_probe_share=0.0), policies=["rebalance"])
+    off = Controller(4, replace(_AT_ONCE, rebalance_probe_share=0.0), policies=["rebalance"])
     off.update(50, summaries(0, compute_ms=comp, last=last))
     assert off.guard.trial is not None and off.next_window_steps is None
     # a 20-step window gives 5 (the floor); no trial, no probe
-    short = Controller(4, policies=["rebalance"])
+    short = Controller(4, _AT_ONCE, policies=["rebalance"])
     short.update(20, summaries(0, compute_ms=comp, last=last, steps=20))
     assert short.next_window_steps == 5
-    quiet = Controller(4, policies=["rebalance"])
+    quiet = Controller(4, _AT_ONCE, policies=["rebalance"])
     quiet.update(50, summaries(0))
     assert quiet.next_window_steps is None
+
+
+def test_a_first_move_waits_for_a_short_confirmation_window(summaries):
+    """A straggler clear in one window is moved only if it is still slow in the next 5 steps, run on the
+    old shares: one that ended exactly where the proposing window ended (a fault from step 0 to 50)
+    then costs nothing. Confirmed, the trial starts with its probe; the proposing and the confirmation
+    window together are its first control window."""
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    for still in (True, False):
+        ctl = Controller(4, policies=["rebalance"])
+        state, out = ctl.update(50, summaries(0, compute_ms=comp, last=last))
+        assert out == [] and state.shares is None and ctl.guard.trial is None
+        assert ctl.next_window_steps == 5
+        now = comp if still else [60.0, 61.0, 59.0, 60.5]
+        confirm = [replace(x, first_step=50) for x in summaries(1, steps=5, compute_ms=now, last=last)]
+        state, out = ctl.update(55, confirm)
+        if still:
+            assert [(d.policy, d.action) for d in out] == [("rebalance", "enable")], out
+            assert state.shares is not None and state.shares[3] < 0.25
+            trial = ctl.guard.trial
+            assert trial is not None and trial.start_window == 1 and trial.arms[1] == "off"
+            assert ctl.next_window_steps == 5 and trial.probe == 2  # the probe follows
+        else:
+            assert [(d.policy, d.action) for d in out] == [("rebalance", "note")], out
+            assert "not tried" in out[0].reason and "rank 3" in out[0].reason
+            assert state.shares is None and ctl.guard.trial is None and ctl.next_window_steps is None
+    # with rebalance_confirm_steps = 0 the trial starts at once (before session 12)
+    at_once = Controller(4, _AT_ONCE, policies=["rebalance"])
+    state, out = at_once.update(50, summaries(0, compute_ms=comp, last=last))
+    assert [d.action for d in out] == ["enable"] and state.shares is not None
+
+
+def test_a_gc_candidate_is_not_held_back_by_an_unconfirmed_move(summaries):
+    """GC and a straggler clear in the same window make one trial; when the straggler is gone in the
+    confirmation window the GC candidate starts alone (its trial has whole windows, no probe)."""
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    ctl = Controller(4, policies=["gc", "rebalance"])
+    kw = {"gc_ms": 10.0, "gc_count": 2.0}
+    _, out = ctl.update(50, summaries(0, compute_ms=comp, last=last, **kw))
+    assert out == [] and ctl.next_window_steps == 5
+    confirm = [replace(x, first_step=50) for x in summaries(1, steps=5, last=last, **kw)]
+    state, out = ctl.update(55, confirm)
+    assert [(d.policy, d.action) for d in out] == [("rebalance", "note"), ("gc", "enable")], out
+    assert ctl.guard.trial is not None and ctl.guard.trial.policy == "gc"
+    assert state.gc_interval is not None and state.shares is None and ctl.next_window_steps is None
+
+
+def test_the_confirmation_window_counts_with_the_window_before_it(summaries):
+    """A weaker straggler (it must fire in two consecutive windows) whose first move waits for a
+    confirmation that fails: the next whole window still follows the proposing one for the trigger's
+    streak, so a straggler that is back is proposed again at once instead of starting a new streak."""
+    comp, last = [60.0, 60.0, 60.0, 69.0], [5.0, 5.0, 5.0, 35.0]  # 15% slow, last in 70%: not clear
+    ctl = Controller(4, PacingConfig(trigger_windows=2), policies=["rebalance"])
+    assert ctl.update(50, summaries(0, compute_ms=comp, last=last))[1] == []
+    assert ctl.next_window_steps is None  # not persistent yet: no confirmation window
+    ctl.update(100, summaries(1, compute_ms=comp, last=last))  # persistent: waits for confirmation
+    assert ctl.next_window_steps == 5 and ctl.guard.trial is None
+    gone = [replace(x, first_step=100) for x in summaries(2, steps=5, last=last)]
+    _, out = ctl.update(105, gone)
+    assert [d.action for d in out] == ["note"]
+    ctl.update(155, summaries(3, compute_ms=comp, last=last))  # slow again: consecutive with window 1
+    assert ctl.next_window_steps == 5 and ctl.guard.trial is None
 
 
 def test_a_gc_trial_keeps_whole_windows(summaries):
@@ -217,7 +284,7 @@ def test_a_move_whose_straggler_left_is_reverted_even_when_its_on_window_looks_f
     only change between untreated windows, so the drift it adds to the CI kept the guard from keeping
     (or reverting) after one pair, and the move ran through a second ON window (-2.4% on the paper
     workload at 4 nodes). Rank 3 is no longer slow per sample in the ON window: reverted at once."""
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     for w in range(3):
         ctl.update(50 * (w + 1), summaries(w, step_ms=100.0 + (w % 2), compute_ms=60.0))
     comp, last = [60.0, 60.0, 60.0, 90.0], [0.0, 0.0, 0.0, 40.0]
@@ -240,7 +307,7 @@ def test_a_move_that_loads_a_new_straggler_is_replaced_at_once(summaries):
     ran two more windows and was reverted as "it hurts", -5% on a user's two-fault scenario)."""
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 90.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     assert state.shares is not None and ctl.next_window_steps == 5
@@ -255,7 +322,7 @@ def test_a_move_that_loads_a_new_straggler_is_replaced_at_once(summaries):
     assert ("rebalance", "enable") in acts[2:] and state.shares is not None
     assert state.shares[1] < 0.25, state.shares  # the new move relieves rank 1
     # A move that works (its receivers no slower per sample) is not touched by this rule.
-    ok = Controller(4, policies=["rebalance"])
+    ok = Controller(4, _AT_ONCE, policies=["rebalance"])
     state, _ = ok.update(50, summaries(0, compute_ms=comp, last=last))
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
     comp3 = [60.0 / 16 * n for n in counts[:3]] + [90.0 / 16 * counts[3]]
@@ -302,7 +369,7 @@ def test_a_slightly_slow_node_trimmed_by_the_move_does_not_speak_for_the_straggl
     samples = 160.0
     comp = [p * samples for p in per]  # the straggler's compute: 86 of a 100 ms step
     last = [0.0] * 15 + [40.0]
-    ctl = Controller(world, policies=["rebalance"])
+    ctl = Controller(world, _AT_ONCE, policies=["rebalance"])
     state, out = ctl.update(50, summaries(0, world, compute_ms=comp, samples=samples, last=last))
     assert [d.policy for d in out if d.action == "enable"] == ["rebalance"] and state.shares is not None
     assert state.shares[15] < state.shares[0] < 1 / world < state.shares[8]
@@ -336,7 +403,7 @@ def test_a_move_kept_on_its_probe_is_rechecked_in_short_windows(summaries):
     node recovers 20 steps after the move)."""
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
@@ -363,7 +430,7 @@ def test_rechecks_that_see_the_straggler_stay_make_up_one_whole_window(summaries
     whole again."""
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
@@ -383,7 +450,7 @@ def test_rechecks_that_see_the_straggler_stay_make_up_one_whole_window(summaries
     # rank 3 is still slow after the damped move: the whole window proposes the next move (its
     # trigger fired in the probe window too: the re-checks count as one window between them)
     assert [(d.policy, d.action) for d in out] == [("rebalance", "enable")], out
-    off = Controller(4, PacingConfig(rebalance_recheck=0), policies=["rebalance"])
+    off = Controller(4, PacingConfig(rebalance_recheck=0, rebalance_confirm_steps=0), policies=["rebalance"])
     off.update(50, summaries(0, compute_ms=comp, last=last))
     off.update(55, summaries(1, steps=5, **probe))
     assert off.kept.shares is not None and off.next_window_steps is None
@@ -416,7 +483,7 @@ def test_a_fault_that_ends_inside_an_on_window_ends_the_trial_there(summaries):
 
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]
@@ -448,7 +515,7 @@ def test_a_straggler_gone_in_the_last_recheck_is_undone_there(summaries):
     the move ran a whole window more: user scenario x29, +3.5% -> -0.1%)."""
     from fabricpace.pacing.rebalance import counts_from_shares
 
-    ctl = Controller(4, policies=["rebalance"])
+    ctl = Controller(4, _AT_ONCE, policies=["rebalance"])
     comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
     state, _ = ctl.update(50, summaries(0, compute_ms=comp, last=last))
     counts = [float(n) for n in counts_from_shares(state.shares, 64, 4)]

@@ -288,8 +288,10 @@ def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small
     rounds to no move, or equal shares once rank 3's tail is seen at the fleet's speed) instead of
     running 1 sample heavier for the rest of the run. When that is seen depends on the seed's jitter
     (the optimizer's fixed 10 ms makes rank 3, at fewer samples, look a few % slower per sample until
-    the fixed part is known), so three seeds are averaged."""
-    from fabricpace.pacing import Controller
+    the fixed part is known), so three seeds are averaged. (Tried at once, without the confirmation
+    window that now comes first: with it, rank 3 is seen at the fleet's speed in steps 50-54 and the
+    move is never tried — checked at the end.)"""
+    from fabricpace.pacing import Controller, PacingConfig
     from fabricpace.study.metrics import summarize_run
 
     noise = write_yaml(
@@ -315,12 +317,17 @@ def test_a_straggler_that_recovers_as_its_trial_starts_is_undone(tmp_path, small
     ratios = []
     for seed in (3, 4, 5):
         base, _ = throughput("base", None, seed)
-        paced, run = throughput("paced", Controller(16, policies="auto"), seed)
+        at_once = Controller(16, PacingConfig(rebalance_confirm_steps=0), policies="auto")
+        paced, run = throughput("paced", at_once, seed)
         reasons = run.pacing["reason"].to_list()
         undone = ("ranks holding extra samples are now the slowest", "nothing left to relieve")
         assert any(u in r for r in reasons for u in undone), reasons
         assert run.pacing.filter(pl.col("action") == "adjust").height >= 1
         ratios.append(paced / base)
+        confirmed, run = throughput("confirmed", Controller(16, policies="auto"), seed)
+        moves = run.pacing.filter((pl.col("policy") == "rebalance") & (pl.col("action") == "enable"))
+        assert moves.height == 0 and "not tried" in run.pacing["reason"].to_list()[0], run.pacing
+        assert confirmed == pytest.approx(base, rel=1e-9)
     # About one window (50 of 250 measured steps) runs the move that no longer helps: about -1%.
     assert float(np.mean(ratios)) >= 0.985, ratios
 
@@ -362,7 +369,8 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
     "wandering-node-per-window"). The move tried for window 0's node runs while the next node is slow:
     it is reverted after its first ON window (before: after two ON windows, -2.1% on the paper
     workload), which is a short probe of 5 steps (session 10: 10 steps; before, a whole 50-step window),
-    and no move is tried at once again."""
+    and no move is tried at once again. That is the move tried at once; by default a confirmation
+    window (5 steps) comes first, sees window 0's node back at speed, and no move is tried at all."""
 
     noise = write_yaml(
         tmp_path / "wander.yaml",
@@ -374,22 +382,25 @@ def test_slowness_that_wanders_between_nodes_costs_one_on_window(tmp_path, small
         },
     )
 
-    base, paced, r = _base_and_paced(tmp_path, small_workload, noise)
+    base, paced, r = _base_and_paced(tmp_path, small_workload, noise, PacingConfig(rebalance_confirm_steps=0))
     d = r.pacing
     assert d.filter(pl.col("action") == "enable").height == 1, d
     revert = d.filter(pl.col("action") == "revert")
     assert revert["step"].to_list() == [55] and "it hurts" in revert["reason"][0]
     # one 5-step ON probe of 250 measured steps at the slower level
     assert paced >= 0.995 * base, paced / base - 1
+    _, confirmed, r = _base_and_paced(tmp_path / "confirmed", small_workload, noise)
+    assert r.pacing.filter(pl.col("action") == "enable").height == 0, r.pacing
+    assert confirmed == pytest.approx(base, rel=1e-9)
 
 
 def test_a_straggler_ending_soon_after_its_move_was_kept_is_undone_by_a_recheck(tmp_path, write_yaml):
-    """Node 1 is 1.5x slow until step 70: the move proposed at 50 is kept on its probe (50-55) while
-    the node is still slow, and the node recovers 15 steps later. The 5-step re-checks after the keep
-    see it and give the samples back by step 80 (before: at 120, after a whole window of moved
-    samples: +0.4% instead of +2.5%). The workload has no fixed per-step part (no optimizer time), so
-    compute per sample is known from a few steps; with one, the re-checks pool their steps until the
-    fixed part can be told."""
+    """Node 1 is 1.5x slow until step 70: the move proposed at 50 is confirmed (50-55), kept on its
+    probe (55-60) while the node is still slow, and the node recovers 10 steps later. The 5-step
+    re-checks after the keep see it and give the samples back by step 80 (before: at 120, after a
+    whole window of moved samples: +0.4% instead of +2.5%). The workload has no fixed per-step part
+    (no optimizer time), so compute per sample is known from a few steps; with one, the re-checks pool
+    their steps until the fixed part can be told."""
 
     workload = write_yaml(
         tmp_path / "w.yaml",
@@ -401,21 +412,24 @@ def test_a_straggler_ending_soon_after_its_move_was_kept_is_undone_by_a_recheck(
 
     base, paced, r = _base_and_paced(tmp_path, workload, noise)
     d = r.pacing
-    assert d.filter(pl.col("action") == "keep")["step"].to_list()[0] == 55, d
+    assert d.filter(pl.col("action") == "keep")["step"].to_list()[0] == 60, d
     undo = d.filter((pl.col("policy") == "rebalance") & (pl.col("action") == "adjust"))
     assert undo.height == 1 and 70 < undo["step"][0] <= 80, d
     assert "nothing left to relieve" in undo["reason"][0]
     assert paced >= 1.015 * base, paced / base - 1
 
 
-def _base_and_paced(tmp_path, workload, noise) -> tuple[float, float, object]:
+def _base_and_paced(
+    tmp_path, workload, noise, config: PacingConfig | None = None
+) -> tuple[float, float, object]:
     """Throughput without and with pacing="auto" (4 single-switch nodes, 300 steps, windows of 50,
     seed 3), and the paced run."""
     from fabricpace.pacing import Controller
     from fabricpace.study.metrics import summarize_run
 
     out = {}
-    for name, ctl in (("base", None), ("paced", Controller(32, policies="auto"))):
+    paced = Controller(32, config or PacingConfig(), policies="auto")
+    for name, ctl in (("base", None), ("paced", paced)):
         d = simulate(
             "single-switch", workload, noise, nodes=4, steps=300, seed=3,
             out_dir=tmp_path / name, controller=ctl, options=SimOptions(window=50),

@@ -100,6 +100,12 @@ class PacingConfig:
     # off): only "is its straggler gone?" is asked. A straggler that ends right after the probe then
     # costs a few steps of moved samples instead of a whole window.
     rebalance_recheck: int = 1
+    # Before a first move is tried, the slow group must still be slow in a short window of this many
+    # steps run without it right after the window that proposed it (0 = off: the trial starts at once).
+    # A straggler that ended exactly where that window ended (faults that start and stop at round step
+    # numbers end on a window boundary) then costs nothing, instead of a probe of moved samples that has
+    # nothing to relieve; a persistent straggler is moved these steps later.
+    rebalance_confirm_steps: int = 5
     # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
     rebalance_min_share: float = 0.25
 

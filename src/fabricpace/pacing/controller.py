@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,21 @@ from fabricpace.pacing.stragglers import (
     waits_on_straggler,
 )
 from fabricpace.run.window import WindowSummary
+
+# (severity, policy, candidate state, reason, rank): one candidate of a trial
+_Candidate = tuple[float, str, PacingState, str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Pending:
+    """Candidates whose first rebalance move waits for a short confirmation window
+    (``rebalance_confirm_steps``): the window that proposed them, and the slow group it saw."""
+
+    candidates: list[_Candidate]
+    summaries: list[WindowSummary]
+    window: int
+    slow: np.ndarray
+    excess: float  # the slow group's median excess per sample in the proposing window
 
 
 class Controller:
@@ -97,11 +112,18 @@ class Controller:
         self._recheck_left = 0
         self._rechecking = False
         self._rechecks: list[list[WindowSummary]] = []
+        # A trial with a first rebalance move waiting for its confirmation window, or None; the window
+        # just closed was that confirmation window when it is set.
+        self._pending: _Pending | None = None
+        self._summaries: list[WindowSummary] = []  # the window being decided on (for ``_pending``)
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
         """Consume one window's summaries; return the state for the next window and new decisions."""
         out: list[Decision] = []
+        if self._pending is not None:
+            return self._confirm(step, summaries, out)
+        self._summaries = list(summaries)
         if self._rechecking:
             self._rechecking = False
             self._rechecks.append(list(summaries))
@@ -142,7 +164,9 @@ class Controller:
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.next_window_steps = self._probe_steps(fleet, nxt)
-        if self.next_window_steps is not None and self.guard.trial is not None:
+        if self._pending is not None:
+            self.next_window_steps = self._probe_len()  # the confirmation window
+        elif self.next_window_steps is not None and self.guard.trial is not None:
             self.guard.trial.probe = nxt
         elif self.guard.trial is None and self._recheck_left > 0 and self.kept.shares is not None:
             self.next_window_steps = self._probe_len()
@@ -160,6 +184,38 @@ class Controller:
             return
         self._streak = {k: (w + span if w >= first - 1 else w, n) for k, (w, n) in self._streak.items()}
         self._cooldown_until = {k: w + span if w > first else w for k, w in self._cooldown_until.items()}
+
+    def _confirm(
+        self, step: int, summaries: Sequence[WindowSummary], out: list[Decision]
+    ) -> tuple[PacingState, list[Decision]]:
+        """The short window run without a first rebalance move right after the window that proposed
+        it: the move is tried only when its slow group is still slow here (at least half its excess per
+        sample in the proposing window). A straggler that ended with the proposing window then costs
+        nothing. The two windows count as one (trigger streaks, cooldowns) and, together, are the
+        trial's first control window; candidates of other policies start as planned."""
+        pend, self._pending = self._pending, None
+        assert pend is not None
+        fleet = fleet_view(summaries, self.world_size)
+        self._collapse_rechecks(pend.window, fleet.window)
+        cands = pend.candidates
+        gone = _gone_since(fleet, pend.slow, pend.excess)
+        if gone is not None:
+            cands = [c for c in cands if c[1] != "rebalance"]
+            who = f"rank {int(pend.slow[0])}" if pend.slow.size == 1 else f"ranks {fmt_ranks(pend.slow)}"
+            self._decide(out, step, "rebalance", "note", gone,
+                         f"{who} no longer slower per sample in the {fleet.steps:.0f} steps after the window "
+                         f"that proposed a move ({gone * 100:+.0f}% vs median, "
+                         f"{pend.excess * 100:+.0f}% before): not tried")
+        if cands:
+            both = fleet_view(merge_windows([pend.summaries, list(summaries)]), self.world_size)
+            self._start_trial(step, both, cands, out)
+        nxt = fleet.window + 1
+        self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
+        self.next_window_steps = self._probe_steps(fleet, nxt)
+        if self.next_window_steps is not None and self.guard.trial is not None:
+            self.guard.trial.probe = nxt
+        self.decisions.extend(out)
+        return self.state, out
 
     def _recheck(self, step: int, fleet: Fleet, out: list[Decision]) -> tuple[PacingState, list[Decision]]:
         """A short window right after a rebalance move was kept on its probe: only "is its straggler
@@ -486,10 +542,11 @@ class Controller:
 
     def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
         c, k, w = self.config, self.kept, fleet.window
-        candidates: list[tuple[float, str, PacingState, str, int]] = []
+        candidates: list[_Candidate] = []
         # Triggers that fired in this window but are not yet persistent: they join a trial that starts
         # anyway (its control windows are paid already), instead of waiting behind it.
-        waiting: list[tuple[float, str, PacingState, str, int]] = []
+        waiting: list[_Candidate] = []
+        first_move: tuple[np.ndarray, float] | None = None  # (slow group, its excess) of a first move
 
         def ready(policy: str) -> bool:
             return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
@@ -570,6 +627,7 @@ class Controller:
                     (candidates if ok else waiting).append(
                         (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                     )
+                    first_move = (slow, float(np.median(excess[slow])))
         if ready("rebalance") and k.shares is not None and cps_ok:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
@@ -652,6 +710,19 @@ class Controller:
         candidates.sort(key=lambda t: -t[0])
         if self._bundle_failed:
             candidates = candidates[:1]
+        confirm = self.config.rebalance_confirm_steps > 0 and self._probe_len() < round(self._full_steps)
+        if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
+            self._pending = _Pending(candidates=candidates, summaries=self._summaries, window=w,
+                                     slow=first_move[0], excess=first_move[1])
+            return
+        self._start_trial(step, fleet, candidates, out)
+
+    def _start_trial(
+        self, step: int, fleet: Fleet, candidates: list[_Candidate], out: list[Decision]
+    ) -> None:
+        """Start one trial of the candidates together; ``fleet`` (it ran without them) is its first
+        control window."""
+        w = fleet.window
         on = self.kept
         for _sev, pol, cand, _reason, _rank in candidates:
             on = _merge(on, cand, pol)
@@ -674,6 +745,17 @@ class Controller:
             if pol == "rebalance" and cand.shares is not None:
                 value = cand.shares[rank] * self.world_size
             self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
+
+
+def _gone_since(fleet: Fleet, slow: np.ndarray, excess: float) -> float | None:
+    """The slow group's median excess per sample over the fleet's median in ``fleet`` when it is below
+    half ``excess`` (what it was when the move was proposed): it is no longer slow. None when it still
+    is, or when compute per sample is not known."""
+    cps = fleet.cps
+    if slow.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
+        return None
+    now = float(np.median(cps[slow])) / float(np.median(cps)) - 1.0
+    return now if now < 0.5 * excess else None
 
 
 def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:

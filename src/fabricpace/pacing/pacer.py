@@ -139,7 +139,8 @@ class Pacer:
             start = summaries[0].first_step + summaries[0].steps if summaries else apply
             self.next_window_end = apply + max(int(probe), apply - start + 1)
         elif probe:
-            # A re-check of a kept move (docs/pacing.md): nothing changes, the window counts from now.
+            # A re-check of a kept move or the confirmation window before a first move (docs/pacing.md):
+            # the shares do not change, the window counts from now.
             self.next_window_end = step + 1 + int(probe)
         dt = time.perf_counter() - t0
         self.controller_s += dt
