@@ -218,7 +218,7 @@ def test_a_first_move_waits_for_a_short_confirmation_window(summaries):
         ctl = Controller(4, policies=["rebalance"])
         state, out = ctl.update(50, summaries(0, compute_ms=comp, last=last))
         assert out == [] and state.shares is None and ctl.guard.trial is None
-        assert ctl.next_window_steps == 5
+        assert ctl.next_window_steps == 5 and "confirming a move for rank 3" in ctl.describe()
         now = comp if still else [60.0, 61.0, 59.0, 60.5]
         confirm = [replace(x, first_step=50) for x in summaries(1, steps=5, compute_ms=now, last=last)]
         state, out = ctl.update(55, confirm)
@@ -232,6 +232,9 @@ def test_a_first_move_waits_for_a_short_confirmation_window(summaries):
             assert [(d.policy, d.action) for d in out] == [("rebalance", "note")], out
             assert "not tried" in out[0].reason and "rank 3" in out[0].reason
             assert state.shares is None and ctl.guard.trial is None and ctl.next_window_steps is None
+    three = Controller(4, PacingConfig(rebalance_confirm_steps=3), policies=["rebalance"])
+    three.update(50, summaries(0, compute_ms=comp, last=last))
+    assert three.next_window_steps == 3 and three.guard.trial is None
     # with rebalance_confirm_steps = 0 the trial starts at once (before session 12)
     at_once = Controller(4, _AT_ONCE, policies=["rebalance"])
     state, out = at_once.update(50, summaries(0, compute_ms=comp, last=last))

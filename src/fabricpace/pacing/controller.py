@@ -123,7 +123,6 @@ class Controller:
         out: list[Decision] = []
         if self._pending is not None:
             return self._confirm(step, summaries, out)
-        self._summaries = list(summaries)
         if self._rechecking:
             self._rechecking = False
             self._rechecks.append(list(summaries))
@@ -133,6 +132,7 @@ class Controller:
                 return self._recheck(step, fleet_view(summaries, self.world_size), out)
             self._collapse_rechecks(self._rechecks[0][0].window, summaries[0].window)
             self._rechecks = []  # together they make one whole window: judged as one, below
+        self._summaries = list(summaries)
         fleet = fleet_view(summaries, self.world_size)
         self._full_steps = max(self._full_steps, fleet.steps)
         if self.leaves is None and "placement" in self.policies:
@@ -165,7 +165,7 @@ class Controller:
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.next_window_steps = self._probe_steps(fleet, nxt)
         if self._pending is not None:
-            self.next_window_steps = self._probe_len()  # the confirmation window
+            self.next_window_steps = self.config.rebalance_confirm_steps  # the confirmation window
         elif self.next_window_steps is not None and self.guard.trial is not None:
             self.guard.trial.probe = nxt
         elif self.guard.trial is None and self._recheck_left > 0 and self.kept.shares is not None:
@@ -249,6 +249,10 @@ class Controller:
             parts.append(f"comm window {k.comm_window}")
         if k.placement is not None:
             parts.append("placement proposed")
+        if self._pending is not None:
+            slow = self._pending.slow
+            who = f"rank {int(slow[0])}" if slow.size == 1 else f"ranks {fmt_ranks(slow)}"
+            parts.append(f"confirming a move for {who}")
         t = self.guard.trial
         if t is not None:
             # pairs measured of the most a trial can take (it may end earlier; before, windows were
@@ -710,7 +714,8 @@ class Controller:
         candidates.sort(key=lambda t: -t[0])
         if self._bundle_failed:
             candidates = candidates[:1]
-        confirm = self.config.rebalance_confirm_steps > 0 and self._probe_len() < round(self._full_steps)
+        # (windows no longer than the confirmation window itself are not split)
+        confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
             self._pending = _Pending(candidates=candidates, summaries=self._summaries, window=w,
                                      slow=first_move[0], excess=first_move[1])
