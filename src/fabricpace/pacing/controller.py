@@ -30,6 +30,7 @@ from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.pacing.stragglers import (
     fmt_ranks,
+    fmt_who,
     loads_a_straggler,
     recovered,
     still_slow,
@@ -201,7 +202,7 @@ class Controller:
         gone = _gone_since(fleet, pend.slow, pend.excess)
         if gone is not None:
             cands = [c for c in cands if c[1] != "rebalance"]
-            who = f"rank {int(pend.slow[0])}" if pend.slow.size == 1 else f"ranks {fmt_ranks(pend.slow)}"
+            who = fmt_who(pend.slow)
             self._decide(out, step, "rebalance", "note", gone,
                          f"{who} no longer slower per sample in the {fleet.steps:.0f} steps after the window "
                          f"that proposed a move ({gone * 100:+.0f}% vs median, "
@@ -250,9 +251,7 @@ class Controller:
         if k.placement is not None:
             parts.append("placement proposed")
         if self._pending is not None:
-            slow = self._pending.slow
-            who = f"rank {int(slow[0])}" if slow.size == 1 else f"ranks {fmt_ranks(slow)}"
-            parts.append(f"confirming a move for {who}")
+            parts.append(f"confirming a move for {fmt_who(self._pending.slow)}")
         t = self.guard.trial
         if t is not None:
             # pairs measured of the most a trial can take (it may end earlier; before, windows were
@@ -622,7 +621,7 @@ class Controller:
                             new, gain = part, part_gain
                     r = int(slow[np.argmax(excess[slow])])
                     moved = 1.0 - new[r] * self.world_size
-                    who = f"rank {r}" if slow.size == 1 else f"ranks {fmt_ranks(slow)}"
+                    who = fmt_who(slow)
                     arr = f"last in {last * 100:.0f}% of collectives, " if fleet.has_arrivals else ""
                     reason = (
                         f"{who} {arr}compute {excess[r] * 100:.0f}% above median: "

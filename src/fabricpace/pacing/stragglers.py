@@ -44,7 +44,7 @@ def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | No
         return None
     excess = cps / float(np.median(cps)) - 1.0
     now = float(np.median(excess[donors]))
-    who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {fmt_ranks(donors)}"
+    who = fmt_who(donors)
     if now < config.straggler_compute_excess:
         return f"{who} no longer slower per sample in the move's ON window ({now * 100:+.0f}% vs median)"
     # Slow over most of the window but no longer at its end: a fault that ended inside the ON window
@@ -111,7 +111,7 @@ def recovered(fleet: Fleet, shares: np.ndarray, config: PacingConfig) -> str | N
     now = _tail_gone(fleet, donors, config)
     if now is None:
         return None
-    who = f"rank {int(donors[0])}" if donors.size == 1 else f"ranks {fmt_ranks(donors)}"
+    who = fmt_who(donors)
     return (
         f"{who} no longer slower per sample in the window's last steps ({now * 100:+.0f}% vs median): "
         "the move has nothing left to relieve, equal shares again"
@@ -140,6 +140,11 @@ def waits_on_straggler(fleet: Fleet, config: PacingConfig) -> bool:
         return False
     slow = cps / float(np.median(cps)) - 1.0 >= config.straggler_compute_excess
     return bool(slow.any() and float(fleet.last_share[slow].sum()) >= config.straggler_last_share)
+
+
+def fmt_who(ranks: np.ndarray) -> str:
+    """"rank 3" or "ranks 8-15" for a decision's reason."""
+    return f"rank {int(ranks[0])}" if ranks.size == 1 else f"ranks {fmt_ranks(ranks)}"
 
 
 def fmt_ranks(ranks: np.ndarray) -> str:
