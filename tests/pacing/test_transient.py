@@ -241,6 +241,40 @@ def test_a_first_move_waits_for_a_short_confirmation_window(summaries):
     assert [d.action for d in out] == ["enable"] and state.shares is not None
 
 
+def test_a_straggler_that_ends_inside_the_confirmation_window_is_not_moved(summaries):
+    """Slow in 3 of the confirmation window's 5 steps, rank 3 is still slow in their median, but it no
+    longer arrives last in the last ones (62% of the collectives instead of 100%): not tried. A second
+    straggler that takes the last place (rank 2, now 20% slow per sample) does not count against rank 3."""
+    comp, last = [60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 40.0]
+    cases = {  # confirmation window: (compute, last arrivals) -> move tried
+        "ended": ([60.0, 60.0, 60.0, 120.0], [1.0, 1.0, 1.0, 5.0], False),
+        "still": ([60.0, 60.0, 60.0, 120.0], [0.0, 0.0, 0.0, 8.0], True),
+        "second": ([60.0, 60.0, 90.0, 120.0], [0.0, 0.0, 7.0, 1.0], True),
+    }
+    for name, (c_comp, c_last, tried) in cases.items():
+        ctl = Controller(4, policies=["rebalance"])
+        ctl.update(50, summaries(0, compute_ms=comp, last=last))
+        confirm = [replace(x, first_step=50) for x in summaries(1, steps=5, compute_ms=c_comp, last=c_last)]
+        _, out = ctl.update(55, confirm)
+        assert (ctl.guard.trial is not None) == tried, (name, out)
+        if not tried:
+            assert "last in 62% of the collectives (100% before)" in out[0].reason, out
+
+
+def test_arrival_order_confirms_only_a_group_that_was_nearly_always_last(summaries):
+    """A straggler last in 70% of the collectives (GC pauses and jitter put others last too) is judged in
+    the confirmation window by its compute per sample alone: last in 20% of a few steps' collectives is
+    noise for it, not its end."""
+    comp, last = [60.0, 60.0, 60.0, 69.0], [5.0, 5.0, 5.0, 35.0]  # 15% slow, last in 70%
+    ctl = Controller(4, policies=["rebalance"])
+    ctl.update(50, summaries(0, compute_ms=comp, last=last))
+    ctl.update(100, summaries(1, compute_ms=comp, last=last))  # persistent: waits for confirmation
+    noisy = summaries(2, steps=5, compute_ms=comp, last=[3.0, 3.0, 2.0, 2.0])
+    confirm = [replace(x, first_step=100) for x in noisy]
+    _, out = ctl.update(105, confirm)
+    assert ctl.guard.trial is not None and [d.action for d in out] == ["enable"], out
+
+
 def test_a_gc_candidate_is_not_held_back_by_an_unconfirmed_move(summaries):
     """GC and a straggler clear in the same window make one trial; when the straggler is gone in the
     confirmation window the GC candidate starts alone (its trial has whole windows, no probe)."""

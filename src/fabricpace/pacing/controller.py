@@ -53,6 +53,7 @@ class _Pending:
     window: int
     slow: np.ndarray
     excess: float  # the slow group's median excess per sample in the proposing window
+    last: float  # the share of collectives it arrived last in there (nan: arrivals not known)
 
 
 class Controller:
@@ -190,23 +191,21 @@ class Controller:
         self, step: int, summaries: Sequence[WindowSummary], out: list[Decision]
     ) -> tuple[PacingState, list[Decision]]:
         """The short window run without a first rebalance move right after the window that proposed
-        it: the move is tried only when its slow group is still slow here (at least half its excess per
-        sample in the proposing window). A straggler that ended with the proposing window then costs
-        nothing. The two windows count as one (trigger streaks, cooldowns) and, together, are the
+        it: the move is tried only when its slow group is still slow here (``_unconfirmed``). A
+        straggler that ended with the proposing window, or within the first steps of this one, then
+        costs nothing. The two windows count as one (trigger streaks, cooldowns) and, together, are the
         trial's first control window; candidates of other policies start as planned."""
         pend, self._pending = self._pending, None
         assert pend is not None
         fleet = fleet_view(summaries, self.world_size)
         self._collapse_rechecks(pend.window, fleet.window)
         cands = pend.candidates
-        gone = _gone_since(fleet, pend.slow, pend.excess)
-        if gone is not None:
+        why = _unconfirmed(fleet, pend, self.config)
+        if why is not None:
             cands = [c for c in cands if c[1] != "rebalance"]
-            who = fmt_who(pend.slow)
-            self._decide(out, step, "rebalance", "note", gone,
-                         f"{who} no longer slower per sample in the {fleet.steps:.0f} steps after the window "
-                         f"that proposed a move ({gone * 100:+.0f}% vs median, "
-                         f"{pend.excess * 100:+.0f}% before): not tried")
+            self._decide(out, step, "rebalance", "note", 0.0,
+                         f"{fmt_who(pend.slow)} {why} in the {fleet.steps:.0f} steps after the window that "
+                         "proposed a move: not tried")
         if cands:
             both = fleet_view(merge_windows([pend.summaries, list(summaries)]), self.world_size)
             self._start_trial(step, both, cands, out)
@@ -549,7 +548,8 @@ class Controller:
         # Triggers that fired in this window but are not yet persistent: they join a trial that starts
         # anyway (its control windows are paid already), instead of waiting behind it.
         waiting: list[_Candidate] = []
-        first_move: tuple[np.ndarray, float] | None = None  # (slow group, its excess) of a first move
+        # (slow group, its median excess, the share of collectives it arrived last in) of a first move
+        first_move: tuple[np.ndarray, float, float] | None = None
 
         def ready(policy: str) -> bool:
             return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
@@ -630,7 +630,8 @@ class Controller:
                     (candidates if ok else waiting).append(
                         (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
                     )
-                    first_move = (slow, float(np.median(excess[slow])))
+                    held = last if fleet.has_arrivals else math.nan
+                    first_move = (slow, float(np.median(excess[slow])), held)
         if ready("rebalance") and k.shares is not None and cps_ok:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
@@ -717,7 +718,7 @@ class Controller:
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
             self._pending = _Pending(candidates=candidates, summaries=self._summaries, window=w,
-                                     slow=first_move[0], excess=first_move[1])
+                                     slow=first_move[0], excess=first_move[1], last=first_move[2])
             return
         self._start_trial(step, fleet, candidates, out)
 
@@ -751,15 +752,32 @@ class Controller:
             self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
 
 
-def _gone_since(fleet: Fleet, slow: np.ndarray, excess: float) -> float | None:
-    """The slow group's median excess per sample over the fleet's median in ``fleet`` when it is below
-    half ``excess`` (what it was when the move was proposed): it is no longer slow. None when it still
-    is, or when compute per sample is not known."""
-    cps = fleet.cps
+def _unconfirmed(fleet: Fleet, pend: _Pending, config: PacingConfig) -> str | None:
+    """Why the confirmation window ``fleet`` does not confirm a first move, or None (it does, or
+    compute per sample is not known): the slow group's median excess per sample fell below half what
+    it was when the move was proposed (the straggler ended with the proposing window); or, when it
+    was last in nearly every collective there (``straggler_clear_last_share``: GC pauses and jitter
+    make a weaker group's share in a few steps noise), it arrives last in less than 80% of the share
+    it did then — counting with it any rank now at least the trigger slower per sample, so a second
+    straggler taking the last place does not count against the first — (it ended within these steps:
+    slow in most of them, so still slow in their median, but no longer holding the others up in the
+    last ones)."""
+    cps, slow = fleet.cps, pend.slow
     if slow.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
         return None
-    now = float(np.median(cps[slow])) / float(np.median(cps)) - 1.0
-    return now if now < 0.5 * excess else None
+    excess = cps / float(np.median(cps)) - 1.0
+    now = float(np.median(excess[slow]))
+    if now < 0.5 * pend.excess:
+        return f"no longer slower per sample ({now * 100:+.0f}% vs median, {pend.excess * 100:+.0f}% before)"
+    if not (fleet.has_arrivals and np.isfinite(pend.last)) or pend.last < config.straggler_clear_last_share:
+        return None  # (arrival order says little of a group that was not last nearly always)
+    group = excess >= config.straggler_compute_excess
+    group[slow] = True
+    last = float(fleet.last_share[group].sum())
+    if last < 0.8 * pend.last:
+        return (f"last in {last * 100:.0f}% of the collectives ({pend.last * 100:.0f}% before): no longer "
+                "holding the others up")
+    return None
 
 
 def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
