@@ -106,6 +106,10 @@ class PacingConfig:
     # numbers end on a window boundary) then costs nothing, instead of a probe of moved samples that has
     # nothing to relieve; a persistent straggler is moved these steps later.
     rebalance_confirm_steps: int = 5
+    # ...and, when the slow group arrived last in at least `straggler_clear_last_share` of the proposing
+    # window's collectives, it must still arrive last in at least this fraction of that share there (a
+    # straggler that ended within those steps is slow in their median but no longer holds anyone up).
+    rebalance_confirm_last: float = 0.8
     # No rank gets less than this fraction of an equal share (a rank with 0 samples breaks most loops).
     rebalance_min_share: float = 0.25
 

@@ -757,11 +757,11 @@ def _unconfirmed(fleet: Fleet, pend: _Pending, config: PacingConfig) -> str | No
     compute per sample is not known): the slow group's median excess per sample fell below half what
     it was when the move was proposed (the straggler ended with the proposing window); or, when it
     was last in nearly every collective there (``straggler_clear_last_share``: GC pauses and jitter
-    make a weaker group's share in a few steps noise), it arrives last in less than 80% of the share
-    it did then — counting with it any rank now at least the trigger slower per sample, so a second
-    straggler taking the last place does not count against the first — (it ended within these steps:
-    slow in most of them, so still slow in their median, but no longer holding the others up in the
-    last ones)."""
+    make a weaker group's share in a few steps noise), it arrives last in less than
+    ``rebalance_confirm_last`` (80%) of the share it did then — counting with it any rank now at least
+    the trigger slower per sample, so a second straggler taking the last place does not count against
+    the first — (it ended within these steps: slow in most of them, so still slow in their median, but
+    no longer holding the others up in the last ones)."""
     cps, slow = fleet.cps, pend.slow
     if slow.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
         return None
@@ -774,7 +774,7 @@ def _unconfirmed(fleet: Fleet, pend: _Pending, config: PacingConfig) -> str | No
     group = excess >= config.straggler_compute_excess
     group[slow] = True
     last = float(fleet.last_share[group].sum())
-    if last < 0.8 * pend.last:
+    if last < config.rebalance_confirm_last * pend.last:
         return (f"last in {last * 100:.0f}% of the collectives ({pend.last * 100:.0f}% before): no longer "
                 "holding the others up")
     return None
