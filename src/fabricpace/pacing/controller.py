@@ -117,7 +117,6 @@ class Controller:
         # A trial with a first rebalance move waiting for its confirmation window, or None; the window
         # just closed was that confirmation window when it is set.
         self._pending: _Pending | None = None
-        self._summaries: list[WindowSummary] = []  # the window being decided on (for ``_pending``)
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
@@ -134,7 +133,6 @@ class Controller:
                 return self._recheck(step, fleet_view(summaries, self.world_size), out)
             self._collapse_rechecks(self._rechecks[0][0].window, summaries[0].window)
             self._rechecks = []  # together they make one whole window: judged as one, below
-        self._summaries = list(summaries)
         fleet = fleet_view(summaries, self.world_size)
         self._full_steps = max(self._full_steps, fleet.steps)
         if self.leaves is None and "placement" in self.policies:
@@ -152,7 +150,7 @@ class Controller:
                 self._maintain(step, fleet, out)
             if self.guard.trial is None:
                 self._undo_recovered(step, fleet, out)
-                self._propose(step, fleet, out)
+                self._propose(step, fleet, summaries, out)
         # Armed only when the trigger held for two windows (what starts a comm trial): a single noisy
         # window on a busy host would otherwise make a healthy run pay a Python comm hook for good.
         self.comm_armed = (
@@ -542,7 +540,11 @@ class Controller:
                 new, gain = full, full_gain
         return new, gain
 
-    def _propose(self, step: int, fleet: Fleet, out: list[Decision]) -> None:
+    def _propose(
+        self, step: int, fleet: Fleet, summaries: Sequence[WindowSummary], out: list[Decision]
+    ) -> None:
+        """Candidates whose trigger fires in ``fleet`` (the window ``summaries`` describe): a trial of
+        them starts now, or after a confirmation window when one is a first rebalance move."""
         c, k, w = self.config, self.kept, fleet.window
         candidates: list[_Candidate] = []
         # Triggers that fired in this window but are not yet persistent: they join a trial that starts
@@ -717,7 +719,7 @@ class Controller:
         # (windows no longer than the confirmation window itself are not split)
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
-            self._pending = _Pending(candidates=candidates, summaries=self._summaries, window=w,
+            self._pending = _Pending(candidates=candidates, summaries=list(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])
             return
         self._start_trial(step, fleet, candidates, out)
