@@ -18,15 +18,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries, merge_windows
 from fabricpace.pacing.guard import Guard, Verdict
+from fabricpace.pacing.moves import Candidate, Pending, fmt_shares, rebalance_target, unconfirmed
 from fabricpace.pacing.placement import plan_placement
-from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.pacing.stragglers import (
     fmt_ranks,
@@ -38,22 +38,6 @@ from fabricpace.pacing.stragglers import (
     waits_on_straggler,
 )
 from fabricpace.run.window import WindowSummary
-
-# (severity, policy, candidate state, reason, rank): one candidate of a trial
-_Candidate = tuple[float, str, PacingState, str, int]
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Pending:
-    """Candidates whose first rebalance move waits for a short confirmation window
-    (``rebalance_confirm_steps``): the window that proposed them, and the slow group it saw."""
-
-    candidates: list[_Candidate]
-    summaries: list[WindowSummary]
-    window: int
-    slow: np.ndarray
-    excess: float  # the slow group's median excess per sample in the proposing window
-    last: float  # the share of collectives it arrived last in there (nan: arrivals not known)
 
 
 class Controller:
@@ -116,7 +100,7 @@ class Controller:
         self._rechecks: list[list[WindowSummary]] = []
         # A trial with a first rebalance move waiting for its confirmation window, or None; the window
         # just closed was that confirmation window when it is set.
-        self._pending: _Pending | None = None
+        self._pending: Pending | None = None
 
     # ------------------------------------------------------------------------------------------ api
     def update(self, step: int, summaries: Sequence[WindowSummary]) -> tuple[PacingState, list[Decision]]:
@@ -161,17 +145,13 @@ class Controller:
             and fleet.wait_share >= self.config.comm_trigger_share
         )
         self._inflated_prev = self._inflated_now
-        nxt = fleet.window + 1
-        self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
-        self.next_window_steps = self._probe_steps(fleet, nxt)
+        self._set_next(fleet)
         if self._pending is not None:
             self.next_window_steps = self.config.rebalance_confirm_steps  # the confirmation window
-        elif self.next_window_steps is not None and self.guard.trial is not None:
-            self.guard.trial.probe = nxt
         elif self.guard.trial is None and self._recheck_left > 0 and self.kept.shares is not None:
             self.next_window_steps = self._probe_len()
             self._rechecking = True
-        else:
+        elif self.next_window_steps is None:  # (not a trial's probe)
             self._recheck_left = 0  # a new trial (or no kept move): its own windows decide
         self.decisions.extend(out)
         return self.state, out
@@ -189,7 +169,7 @@ class Controller:
         self, step: int, summaries: Sequence[WindowSummary], out: list[Decision]
     ) -> tuple[PacingState, list[Decision]]:
         """The short window run without a first rebalance move right after the window that proposed
-        it: the move is tried only when its slow group is still slow here (``_unconfirmed``). A
+        it: the move is tried only when its slow group is still slow here (``unconfirmed``). A
         straggler that ended with the proposing window, or within the first steps of this one, then
         costs nothing. The two windows count as one (trigger streaks, cooldowns) and, together, are the
         trial's first control window; candidates of other policies start as planned."""
@@ -198,7 +178,7 @@ class Controller:
         fleet = fleet_view(summaries, self.world_size)
         self._collapse_rechecks(pend.window, fleet.window)
         cands = pend.candidates
-        why = _unconfirmed(fleet, pend, self.config)
+        why = unconfirmed(fleet, pend, self.config)
         if why is not None:
             cands = [c for c in cands if c[1] != "rebalance"]
             self._decide(out, step, "rebalance", "note", 0.0,
@@ -207,13 +187,17 @@ class Controller:
         if cands:
             both = fleet_view(merge_windows([pend.summaries, list(summaries)]), self.world_size)
             self._start_trial(step, both, cands, out)
+        self._set_next(fleet)
+        self.decisions.extend(out)
+        return self.state, out
+
+    def _set_next(self, fleet: Fleet) -> None:
+        """The state of the window after ``fleet``, and its length when it is a trial's short probe."""
         nxt = fleet.window + 1
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.next_window_steps = self._probe_steps(fleet, nxt)
         if self.next_window_steps is not None and self.guard.trial is not None:
             self.guard.trial.probe = nxt
-        self.decisions.extend(out)
-        return self.state, out
 
     def _recheck(self, step: int, fleet: Fleet, out: list[Decision]) -> tuple[PacingState, list[Decision]]:
         """A short window right after a rebalance move was kept on its probe: only "is its straggler
@@ -487,7 +471,6 @@ class Controller:
                     f"collection every {new} steps" + (f" instead of {cur_full}" if cur_full else ""),
                 )
         k = self.kept
-        k = self.kept
         if k.comm_window is not None and math.isfinite(self._quiet_transfer) and self._quiet_transfer > 0:
             infl = self._transfer_now / self._quiet_transfer
             new_w = k.comm_window
@@ -507,49 +490,16 @@ class Controller:
                     f"{k.comm_window} -> {new_w}",
                 )
 
-    def _rebalance_target(
-        self, fleet: Fleet, cur: np.ndarray, step: float | None = None
-    ) -> tuple[np.ndarray, float]:
-        """Damped step toward speed-proportional shares and its predicted step-time saving.
-
-        The saving is predicted for the integer sample counts the shares round to (the rounding every
-        rank and the simulator apply): with few samples per rank a small move rounds to no move at
-        all, or moves one whole sample onto ranks that then become the slowest — such a candidate
-        predicts no saving and is never tried (its trial could only measure noise)."""
-        c = self.config
-        target = speed_shares(fleet.cps)
-        total = round(float(fleet.samples.sum()))
-        now = float((fleet.fixed + fleet.cps * fleet.samples).max())
-
-        def predict(step: float) -> tuple[np.ndarray, float]:
-            new = damped_shares(cur, target, step=step, min_share=c.rebalance_min_share)
-            if total >= self.world_size:
-                counts = np.asarray(counts_from_shares(tuple(new), total, self.world_size), dtype=np.float64)
-            else:  # no usable sample counts (the loop does not report them): shares as fractions
-                counts = new * float(fleet.samples.sum())
-            return new, (now - float((fleet.fixed + fleet.cps * counts).max())) / fleet.step_time
-
-        damping = c.rebalance_step if step is None else step
-        new, gain = predict(damping)
-        if gain < c.rebalance_min_gain and damping < 1.0:
-            # The damped move can round to no move at all: with kept shares after a straggler
-            # recovered, the ranks that took its samples keep their extra sample until the shares
-            # are back in full — so the whole move is a candidate when the damped one saves nothing.
-            full, full_gain = predict(1.0)
-            if full_gain > gain:
-                new, gain = full, full_gain
-        return new, gain
-
     def _propose(
         self, step: int, fleet: Fleet, summaries: Sequence[WindowSummary], out: list[Decision]
     ) -> None:
         """Candidates whose trigger fires in ``fleet`` (the window ``summaries`` describe): a trial of
         them starts now, or after a confirmation window when one is a first rebalance move."""
         c, k, w = self.config, self.kept, fleet.window
-        candidates: list[_Candidate] = []
+        candidates: list[Candidate] = []
         # Triggers that fired in this window but are not yet persistent: they join a trial that starts
         # anyway (its control windows are paid already), instead of waiting behind it.
-        waiting: list[_Candidate] = []
+        waiting: list[Candidate] = []
         # (slow group, its median excess, the share of collectives it arrived last in) of a first move
         first_move: tuple[np.ndarray, float, float] | None = None
 
@@ -601,7 +551,7 @@ class Controller:
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
                 equal_now = np.full(self.world_size, 1.0 / self.world_size)
-                new, gain = self._rebalance_target(fleet, equal_now)
+                new, gain = rebalance_target(fleet, equal_now, c, self.world_size)
                 # The same slow group in consecutive windows: a persistent straggler; or one so clear
                 # within this window (slow in most of its steps, by far) that waiting only costs.
                 clear = (
@@ -618,7 +568,9 @@ class Controller:
                     if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
                         # One window's evidence only: a smaller first move (what it costs if the
                         # straggler is gone by the next window scales with it).
-                        part, part_gain = self._rebalance_target(fleet, equal_now, c.rebalance_clear_step)
+                        part, part_gain = rebalance_target(
+                            fleet, equal_now, c, self.world_size, c.rebalance_clear_step
+                        )
                         if part_gain >= c.rebalance_min_gain:
                             new, gain = part, part_gain
                     r = int(slow[np.argmax(excess[slow])])
@@ -637,7 +589,7 @@ class Controller:
         if ready("rebalance") and k.shares is not None and cps_ok:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
-            new, gain = self._rebalance_target(fleet, cur)
+            new, gain = rebalance_target(fleet, cur, c, self.world_size)
             # Clear within one window: a large predicted saving, and the ranks that would give up
             # samples are the ones the others wait for (e.g. a straggler recovered, and the ranks that
             # took its samples now arrive last in nearly every collective).
@@ -665,7 +617,7 @@ class Controller:
                 else:
                     why = f"compute still uneven (rank {r} slowest per sample)"
                 reason = (
-                    f"{why}: trying shares {_fmt_shares(new, self.world_size)}, "
+                    f"{why}: trying shares {fmt_shares(new, self.world_size)}, "
                     f"predicted {gain * 100:.1f}% shorter steps"
                 )
                 (candidates if ok else waiting).append(
@@ -719,13 +671,13 @@ class Controller:
         # (windows no longer than the confirmation window itself are not split)
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
-            self._pending = _Pending(candidates=candidates, summaries=list(summaries), window=w,
+            self._pending = Pending(candidates=candidates, summaries=list(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])
             return
         self._start_trial(step, fleet, candidates, out)
 
     def _start_trial(
-        self, step: int, fleet: Fleet, candidates: list[_Candidate], out: list[Decision]
+        self, step: int, fleet: Fleet, candidates: list[Candidate], out: list[Decision]
     ) -> None:
         """Start one trial of the candidates together; ``fleet`` (it ran without them) is its first
         control window."""
@@ -754,34 +706,6 @@ class Controller:
             self._decide(out, step, pol, "enable", value, f"{reason} (on trial)", rank=rank)
 
 
-def _unconfirmed(fleet: Fleet, pend: _Pending, config: PacingConfig) -> str | None:
-    """Why the confirmation window ``fleet`` does not confirm a first move, or None (it does, or
-    compute per sample is not known): the slow group's median excess per sample fell below half what
-    it was when the move was proposed (the straggler ended with the proposing window); or, when it
-    was last in nearly every collective there (``straggler_clear_last_share``: GC pauses and jitter
-    make a weaker group's share in a few steps noise), it arrives last in less than
-    ``rebalance_confirm_last`` (80%) of the share it did then — counting with it any rank now at least
-    the trigger slower per sample, so a second straggler taking the last place does not count against
-    the first — (it ended within these steps: slow in most of them, so still slow in their median, but
-    no longer holding the others up in the last ones)."""
-    cps, slow = fleet.cps, pend.slow
-    if slow.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
-        return None
-    excess = cps / float(np.median(cps)) - 1.0
-    now = float(np.median(excess[slow]))
-    if now < 0.5 * pend.excess:
-        return f"no longer slower per sample ({now * 100:+.0f}% vs median, {pend.excess * 100:+.0f}% before)"
-    if not (fleet.has_arrivals and np.isfinite(pend.last)) or pend.last < config.straggler_clear_last_share:
-        return None  # (arrival order says little of a group that was not last nearly always)
-    group = excess >= config.straggler_compute_excess
-    group[slow] = True
-    last = float(fleet.last_share[group].sum())
-    if last < config.rebalance_confirm_last * pend.last:
-        return (f"last in {last * 100:.0f}% of the collectives ({pend.last * 100:.0f}% before): no longer "
-                "holding the others up")
-    return None
-
-
 def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
     """``base`` with the fields of one policy taken from ``cand``."""
     if policy == "gc":
@@ -791,7 +715,3 @@ def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
     if policy == "comm":
         return replace(base, comm_window=cand.comm_window, comm_spacing_ns=cand.comm_spacing_ns)
     return base
-
-
-def _fmt_shares(shares: np.ndarray, world: int) -> str:
-    return "[" + " ".join(f"{x * world:.2f}" for x in shares) + "]x equal"
