@@ -34,7 +34,7 @@ def pending(slow: list[int], excess: float, last: float) -> Pending:
 
 def test_a_move_is_predicted_for_the_sample_counts_it_rounds_to():
     f = fleet([1.0, 1.0, 1.0, 2.0], [12, 12, 12, 12])
-    new, gain = rebalance_target(f, np.full(4, 0.25), CONFIG, 4)
+    new, gain = rebalance_target(f, np.full(4, 0.25), CONFIG)
     counts = counts_from_shares(tuple(new), 48, 4)
     assert counts[3] < 12 and sum(counts) == 48
     # the saving of exactly those integer counts, as a share of the window's step time
@@ -44,7 +44,7 @@ def test_a_move_is_predicted_for_the_sample_counts_it_rounds_to():
 
 def test_a_move_that_rounds_to_no_move_predicts_no_saving():
     # one sample per rank: the slow rank cannot give any away, whatever its shares say
-    new, gain = rebalance_target(fleet([1.0, 1.0, 1.0, 2.0], [1, 1, 1, 1]), np.full(4, 0.25), CONFIG, 4)
+    new, gain = rebalance_target(fleet([1.0, 1.0, 1.0, 2.0], [1, 1, 1, 1]), np.full(4, 0.25), CONFIG)
     assert new[3] < 0.25 and counts_from_shares(tuple(new), 4, 4) == [1, 1, 1, 1]
     assert gain == 0.0
 

@@ -551,7 +551,7 @@ class Controller:
             last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
             if slow.size and slow.size <= self.world_size // 2 and last_ok:
                 equal_now = np.full(self.world_size, 1.0 / self.world_size)
-                new, gain = rebalance_target(fleet, equal_now, c, self.world_size)
+                new, gain = rebalance_target(fleet, equal_now, c)
                 # The same slow group in consecutive windows: a persistent straggler; or one so clear
                 # within this window (slow in most of its steps, by far) that waiting only costs.
                 clear = (
@@ -568,9 +568,7 @@ class Controller:
                     if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
                         # One window's evidence only: a smaller first move (what it costs if the
                         # straggler is gone by the next window scales with it).
-                        part, part_gain = rebalance_target(
-                            fleet, equal_now, c, self.world_size, c.rebalance_clear_step
-                        )
+                        part, part_gain = rebalance_target(fleet, equal_now, c, c.rebalance_clear_step)
                         if part_gain >= c.rebalance_min_gain:
                             new, gain = part, part_gain
                     r = int(slow[np.argmax(excess[slow])])
@@ -589,7 +587,7 @@ class Controller:
         if ready("rebalance") and k.shares is not None and cps_ok:
             # Further moves are candidates like the first one: each goes through the guard.
             cur = np.asarray(k.shares, dtype=np.float64)
-            new, gain = rebalance_target(fleet, cur, c, self.world_size)
+            new, gain = rebalance_target(fleet, cur, c)
             # Clear within one window: a large predicted saving, and the ranks that would give up
             # samples are the ones the others wait for (e.g. a straggler recovered, and the ranks that
             # took its samples now arrive last in nearly every collective).

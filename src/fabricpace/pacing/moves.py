@@ -37,7 +37,7 @@ class Pending:
 
 
 def rebalance_target(
-    fleet: Fleet, cur: np.ndarray, config: PacingConfig, world_size: int, step: float | None = None
+    fleet: Fleet, cur: np.ndarray, config: PacingConfig, step: float | None = None
 ) -> tuple[np.ndarray, float]:
     """Damped step from shares ``cur`` toward speed-proportional shares and its predicted step-time
     saving (a fraction of the window's step time).
@@ -47,6 +47,7 @@ def rebalance_target(
     all, or moves one whole sample onto ranks that then become the slowest — such a candidate
     predicts no saving and is never tried (its trial could only measure noise)."""
     target = speed_shares(fleet.cps)
+    world_size = fleet.cps.size
     total = round(float(fleet.samples.sum()))
     now = float((fleet.fixed + fleet.cps * fleet.samples).max())
 
