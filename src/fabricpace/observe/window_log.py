@@ -20,14 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fabricpace.observe.chunks import ChunkSink, windows_table
-from fabricpace.run.window import WINDOW_FIELDS, WindowSummary
-
-
-def summaries_matrix(summaries: list[WindowSummary]) -> np.ndarray:
-    """(ranks × fields) float64 in WINDOW_FIELDS order (field order is the dataclass's)."""
-    return np.array([tuple(vars(s).values()) for s in summaries], dtype=np.float64).reshape(
-        len(summaries), len(WINDOW_FIELDS)
-    )
+from fabricpace.run.window import WindowSummary, summary_matrix
 
 
 class WindowLog:
@@ -45,7 +38,7 @@ class WindowLog:
         if not self.sink.enabled:
             return
         try:
-            self._buffer.append(summaries_matrix(summaries))
+            self._buffer.append(summary_matrix(summaries))
             self._rows += len(summaries)
             self.windows += 1
             if self._rows >= self.part_rows:

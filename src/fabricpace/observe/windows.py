@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from fabricpace.observe.recorder import Colls, RoundsBlock, tail_parts
-from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
+from fabricpace.run.window import WINDOW_FIELDS, WindowRows, tail_steps
 
 NF = len(WINDOW_FIELDS)
 _F = {name: i for i, name in enumerate(WINDOW_FIELDS)}
@@ -178,7 +178,7 @@ def local_vector(
     return vec
 
 
-def cross_rank(matrix: np.ndarray, slots: int) -> list[WindowSummary]:
+def cross_rank(matrix: np.ndarray, slots: int) -> WindowRows:
     """Summaries of all ranks from the gathered (world × length) matrix, cross-rank fields filled."""
     world = matrix.shape[0]
     head = matrix[:, :NF].copy()
@@ -227,12 +227,5 @@ def cross_rank(matrix: np.ndarray, slots: int) -> list[WindowSummary]:
     head[:, _F["transfer_mean_ns"]] = transfer * scale / steps
     head[:, _F["arrivals_compared"]] = compared
     head[:, _F["skew_mean_ns"]] = skew * scale / steps
-    # One dict per rank straight from Python floats (WindowSummary.from_array per row costs ~3x more).
-    ints = ("rank", "window", "first_step", "steps")
-    out = []
-    for row in head.tolist():
-        kw: dict[str, Any] = dict(zip(WINDOW_FIELDS, row, strict=True))
-        for name in ints:
-            kw[name] = int(kw[name])
-        out.append(WindowSummary(**kw))
-    return out
+    # (the matrix travels with the summaries: the pacing controller reads it instead of the objects)
+    return WindowRows.from_matrix(head)

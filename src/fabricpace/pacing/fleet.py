@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricpace.pacing.rebalance import fixed_step_cost
-from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, tail_steps
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, summary_matrix, tail_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,13 +46,16 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
     """Validate one window's summaries (one per rank, same window) and aggregate them."""
     if len(summaries) != world_size:
         raise ValueError(f"expected {world_size} window summaries, got {len(summaries)}")
-    rows = sorted(summaries, key=lambda s: s.rank)
-    if [s.rank for s in rows] != list(range(world_size)):
-        raise ValueError("window summaries must hold each rank exactly once")
-    windows = {s.window for s in rows}
-    if len(windows) != 1:
-        raise ValueError(f"window summaries mix windows {sorted(windows)}")
-    a = np.stack([s.to_array() for s in rows])
+    a = summary_matrix(summaries)
+    ranks = a[:, WINDOW_FIELDS.index("rank")]
+    if not np.array_equal(ranks, np.arange(world_size)):
+        a = a[np.argsort(ranks, kind="stable")]
+        ranks = a[:, WINDOW_FIELDS.index("rank")]
+        if not np.array_equal(ranks, np.arange(world_size)):
+            raise ValueError("window summaries must hold each rank exactly once")
+    windows = np.unique(a[:, WINDOW_FIELDS.index("window")])
+    if windows.size != 1:
+        raise ValueError(f"window summaries mix windows {sorted(int(w) for w in windows)}")
     col = {name: a[:, i] for i, name in enumerate(WindowSummary.__dataclass_fields__)}
     # Every rank runs the same synchronous steps; a one-off stall at a window boundary (rank 0 writing
     # decisions while the others already started the next step) lands on some ranks only, so the
@@ -73,7 +76,7 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         last = np.where(colls > 0, col["last_arrivals"] / np.maximum(colls, 1.0), 0.0)
     safe = step if step > 0 else float("nan")
     return Fleet(
-        window=int(rows[0].window),
+        window=int(windows[0]),
         step_time=step,
         step_stderr=stderr,
         gc_share=max(float(np.mean(col["gc_mean_ns"])), _amplified_gc_ns(col, steps)) / safe,

@@ -7,7 +7,9 @@ controller reads only these, so every rank — and the simulator's twin — take
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -74,3 +76,67 @@ def tail_steps(steps: int) -> int:
 
 WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))
 _REQUIRED = sum(1 for f in fields(WindowSummary) if f.default is MISSING)
+
+
+_INT_FIELDS = ("rank", "window", "first_step", "steps")
+
+
+class WindowRows(list[WindowSummary]):
+    """One window's summaries (one per rank, in the order of the rows they were read from) together
+    with that (ranks × ``WINDOW_FIELDS``) float64 matrix, read-only.
+
+    Every rank turns the gathered matrix into summaries each window and the pacing controller turns
+    them back into arrays: at 16,384 ranks those Python objects were most of the window's cost
+    (``benchmarks/window_scale.py``). Consumers that work on arrays take ``matrix``; everything else
+    sees a plain list. A copy (``list(rows)``) or a changed list no longer carries the matrix."""
+
+    _matrix: np.ndarray | None
+
+    def __init__(self, summaries: Iterable[WindowSummary] = (), matrix: np.ndarray | None = None) -> None:
+        super().__init__(summaries)
+        self._matrix = matrix
+
+    @classmethod
+    def from_matrix(cls, head: np.ndarray) -> WindowRows:
+        """Summaries of the rows of ``head`` (ranks × len(WINDOW_FIELDS)), built without the
+        dataclass ``__init__`` (the rows are the observer's own numbers; ~2x faster per object)."""
+        head = np.array(head, dtype=np.float64)  # (an own copy: the matrix must not change under us)
+        head.setflags(write=False)
+        new = object.__new__
+        out = []
+        for row in head.tolist():
+            kw = dict(zip(WINDOW_FIELDS, row, strict=True))
+            for name in _INT_FIELDS:
+                kw[name] = int(kw[name])
+            obj = new(WindowSummary)
+            obj.__dict__.update(kw)  # field order = declaration order, as to_array expects
+            out.append(obj)
+        return cls(out, head)
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        """The rows' matrix, or None once the list was changed in any way."""
+        return self._matrix
+
+
+def _forgets_matrix(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def changed(self: WindowRows, *args: Any, **kwargs: Any) -> Any:
+        self._matrix = None
+        return method(self, *args, **kwargs)
+
+    return changed
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop",
+              "remove", "sort", "reverse", "clear"):  # fmt: skip
+    setattr(WindowRows, _name, _forgets_matrix(_name))
+
+
+def summary_matrix(summaries: Iterable[WindowSummary]) -> np.ndarray:
+    """(ranks × fields) float64 in ``WINDOW_FIELDS`` order, in the order given."""
+    if isinstance(summaries, WindowRows) and summaries.matrix is not None:
+        return summaries.matrix
+    rows = [s.to_array() for s in summaries]
+    return np.stack(rows) if rows else np.zeros((0, len(WINDOW_FIELDS)))
