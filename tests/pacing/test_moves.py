@@ -10,7 +10,7 @@ import pytest
 
 from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.fleet import Fleet
-from fabricpace.pacing.moves import Pending, rebalance_target, unconfirmed
+from fabricpace.pacing.moves import Pending, fmt_shares, rebalance_target, unconfirmed
 from fabricpace.pacing.rebalance import counts_from_shares
 
 CONFIG = PacingConfig()
@@ -77,3 +77,13 @@ def test_arrival_order_is_judged_only_for_a_group_that_was_last_nearly_always():
     f = fleet([1.0, 1.0, 1.0, 1.6], [12] * 4, last=[0.3, 0.3, 0.2, 0.2])
     assert unconfirmed(f, pending([3], 1.0, 0.6), CONFIG) is None  # last in 60% before: noise-prone
     assert unconfirmed(fleet([1.0, 1.0, 1.0, 1.6], [12] * 4), pending([3], 1.0, 0.95), CONFIG) is None
+
+
+def test_shares_in_a_reason_list_every_rank_of_a_small_job_and_the_changed_ones_of_a_large_one():
+    assert fmt_shares(np.array([0.1875, 0.270833, 0.270833, 0.270833]), 4) == "[0.75 1.08 1.08 1.08]x equal"
+    world = 2048
+    shares = np.full(world, 1.0)
+    shares[5], shares[9] = 0.75, 0.8
+    text = fmt_shares(shares / shares.sum(), world)
+    assert text == "rank 5 0.75x, rank 9 0.80x; others 1.00x equal"
+    assert len(fmt_shares(np.linspace(0.5, 1.5, world) / world, world)) < 200  # never thousands of numbers

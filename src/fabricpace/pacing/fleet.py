@@ -115,12 +115,18 @@ def _amplified_gc_ns(col: dict[str, np.ndarray], steps: float) -> float:
 def leaves_from_summaries(summaries: Sequence[WindowSummary], world_size: int) -> tuple[int, ...] | None:
     """Leaf of every rank (numbered 0, 1, ... by first appearance in rank order) from the summaries'
     ``leaf`` ids; None unless every rank reported one and there are at least two leaves."""
-    ids: dict[int, float] = {s.rank: s.leaf for s in summaries}
-    if len(ids) != world_size or any(ids.get(r, -1.0) < 0 for r in range(world_size)):
+    a = summary_matrix(summaries)
+    ranks, ids = a[:, WINDOW_FIELDS.index("rank")], a[:, WINDOW_FIELDS.index("leaf")]
+    order = np.argsort(ranks, kind="stable")
+    ranks, ids = ranks[order], ids[order]
+    if not np.array_equal(ranks, np.arange(world_size)) or bool(np.any(ids < 0)):
         return None
-    number: dict[float, int] = {}
-    leaves = tuple(number.setdefault(ids[r], len(number)) for r in range(world_size))
-    return leaves if len(number) >= 2 else None
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    if uniq.size < 2:
+        return None
+    number = np.empty(uniq.size, dtype=np.int64)
+    number[np.argsort(first)] = np.arange(uniq.size)  # numbered in order of first appearance
+    return tuple(int(v) for v in number[inverse])
 
 
 def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSummary]:

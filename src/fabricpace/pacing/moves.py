@@ -99,6 +99,16 @@ def unconfirmed(fleet: Fleet, pend: Pending, config: PacingConfig) -> str | None
     return None
 
 
-def fmt_shares(shares: np.ndarray, world: int) -> str:
-    """Shares as multiples of an equal share, for decision reasons: ``[0.75 1.08 1.08 1.08]x equal``."""
-    return "[" + " ".join(f"{x * world:.2f}" for x in shares) + "]x equal"
+def fmt_shares(shares: np.ndarray, world: int, most: int = 16) -> str:
+    """Shares as multiples of an equal share, for decision reasons: ``[0.75 1.08 1.08 1.08]x equal``;
+    beyond ``most`` ranks only those off the median share, largest change first (a reason listing
+    thousands of shares says nothing): ``rank 5 0.75x, rank 9 0.80x, ... (2 more); others 1.00x``."""
+    x = np.asarray(shares, dtype=np.float64) * world
+    if x.size <= most:
+        return "[" + " ".join(f"{v:.2f}" for v in x) + "]x equal"
+    usual = float(np.median(x))
+    off = np.flatnonzero(np.abs(x - usual) >= 0.005)
+    off = off[np.argsort(-np.abs(x[off] - usual), kind="stable")]
+    shown = ", ".join(f"rank {r} {x[r]:.2f}x" for r in off[:8])
+    more = f" ({off.size - 8} more)" if off.size > 8 else ""
+    return f"{shown}{more}; others {usual:.2f}x equal" if off.size else f"all {usual:.2f}x equal"

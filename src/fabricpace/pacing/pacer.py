@@ -27,7 +27,7 @@ from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.controller import Controller
 from fabricpace.pacing.rebalance import counts_from_shares, offsets_from_counts
 from fabricpace.pacing.state import Decision, PacingState
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, summary_matrix
 
 log = logging.getLogger("fabricpace.pacing")
 
@@ -147,7 +147,7 @@ class Pacer:
         if dt > self.config.controller_timeout_s:
             self._turn_off(step, f"controller took {dt:.2f}s (limit {self.config.controller_timeout_s}s)")
             return
-        steps = np.array([s.step_median_ns for s in summaries], dtype=np.float64)
+        steps = summary_matrix(summaries)[:, WINDOW_FIELDS.index("step_median_ns")]
         self._last_step_time_ns = float(np.median(steps)) if steps.size else 0.0
         self._apply(state, step)
         self.decisions.extend(decisions)
