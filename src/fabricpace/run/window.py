@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+_INT_FIELDS = ("rank", "window", "first_step", "steps")  # gathered as float64, read back as int
+
 
 @dataclass(frozen=True, kw_only=True)
 class WindowSummary:
@@ -62,7 +64,7 @@ class WindowSummary:
         # Vectors built before the defaulted trailing fields were added stay readable (defaults apply).
         names = WINDOW_FIELDS[: len(values)] if len(values) >= _REQUIRED else WINDOW_FIELDS
         kwargs: dict[str, float | int] = {n: float(v) for n, v in zip(names, values, strict=True)}
-        for n in ("rank", "window", "first_step", "steps"):
+        for n in _INT_FIELDS:
             kwargs[n] = int(kwargs[n])
         return cls(**kwargs)  # type: ignore[arg-type]
 
@@ -76,9 +78,6 @@ def tail_steps(steps: int) -> int:
 
 WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))
 _REQUIRED = sum(1 for f in fields(WindowSummary) if f.default is MISSING)
-
-
-_INT_FIELDS = ("rank", "window", "first_step", "steps")
 
 
 class WindowRows(list[WindowSummary]):
