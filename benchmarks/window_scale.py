@@ -3,7 +3,8 @@
 Every W steps each rank turns the gathered (ranks × fields) matrix into summaries
 (``fabricpace.observe.windows.cross_rank``) and runs the pacing controller on them
 (``Controller.update``), in the training thread, at the same step on every rank — so the job pays the
-slowest rank's time once per window. This times both on synthetic windows (a 2% compute spread, one
+slowest rank's time once per window; rank 0 also computes the status line's fleet view
+(``observe.status.window_stats``). This times both on synthetic windows (a 2% compute spread, one
 30%-slow rank, DDP buckets in every arrival slot), median over the windows of one run per size.
 
     .venv/bin/python benchmarks/window_scale.py [--worlds 256,2048,16384] [--windows 12]
@@ -21,6 +22,7 @@ import time
 import numpy as np
 
 from fabricpace.observe import windows
+from fabricpace.observe.status import window_stats
 from fabricpace.pacing.controller import Controller
 from fabricpace.run.window import WINDOW_FIELDS
 
@@ -65,10 +67,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"load average {os.getloadavg()[0]:.1f}; {args.windows} windows per size; "
           "median (max) ms per window")
-    print(f"{'ranks':>6} {'cross_rank':>16} {'Controller.update':>18} {'both':>14}")
+    print(f"{'ranks':>6} {'cross_rank':>16} {'Controller.update':>18} {'both':>14} {'rank 0 status':>15}")
     for world in (int(w) for w in args.worlds.split(",")):
         ctl = Controller(world, policies="auto")
-        t_cross, t_ctl = [], []
+        t_cross, t_ctl, t_stat = [], [], []
         for w in range(args.windows):
             m = gathered(world, w, args.slots, rng)
             t0 = time.perf_counter()
@@ -76,12 +78,16 @@ def main() -> None:
             t1 = time.perf_counter()
             ctl.update(w * 50 + 50, summaries)
             t2 = time.perf_counter()
+            window_stats(summaries)
+            t3 = time.perf_counter()
             t_cross.append((t1 - t0) * 1e3)
             t_ctl.append((t2 - t1) * 1e3)
+            t_stat.append((t3 - t2) * 1e3)
         both = [a + b for a, b in zip(t_cross, t_ctl, strict=True)]
         print(f"{world:>6} {statistics.median(t_cross):>8.1f} ({max(t_cross):>5.1f}) "
               f"{statistics.median(t_ctl):>10.1f} ({max(t_ctl):>5.1f}) "
-              f"{statistics.median(both):>6.1f} ({max(both):>5.1f})")
+              f"{statistics.median(both):>6.1f} ({max(both):>5.1f}) "
+              f"{statistics.median(t_stat):>7.1f} ({max(t_stat):>5.1f})")
 
 
 if __name__ == "__main__":

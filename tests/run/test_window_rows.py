@@ -1,4 +1,4 @@
-"""run.window.WindowRows: summaries that carry the matrix they were read from, and what reads it."""
+"""run.window.WindowRows: a window's summaries read lazily from their matrix, and what reads it."""
 
 from __future__ import annotations
 
@@ -30,17 +30,31 @@ def test_rows_are_the_summaries_of_the_matrix_rows():
         rows[0].rank = 3  # type: ignore[misc]
 
 
-def _desc(r: WindowRows) -> None:
-    r.sort(key=lambda s: -s.rank)
+def test_rows_are_read_only_and_built_only_when_read():
+    m = matrix()
+    rows = WindowRows.from_matrix(m)
+    m[0, 0] = 99.0  # the caller's array may change afterwards: the rows keep their own copy
+    assert rows.matrix.flags.writeable is False and rows[0].rank == 0
+    assert sum(b is not None for b in rows._built) == 1  # only what was read
+    assert rows[-1] is rows[len(rows) - 1] and rows[1:3] == [rows[1], rows[2]]
+    assert list(rows) == [WindowSummary.from_array(v) for v in matrix()]
+    with pytest.raises(IndexError):
+        rows[len(rows)]
+    with pytest.raises((AttributeError, TypeError)):
+        rows.append(rows[0])  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        rows[0] = rows[1]  # type: ignore[index]
 
 
-@pytest.mark.parametrize("change", [_desc, lambda r: r.pop(), lambda r: r.__setitem__(0, r[1])])
-def test_a_changed_list_no_longer_carries_the_matrix(change):
-    rows = WindowRows.from_matrix(matrix())
-    assert rows.matrix is not None and rows.matrix.flags.writeable is False
-    change(rows)
-    assert rows.matrix is None
-    assert np.array_equal(summary_matrix(rows), np.stack([s.to_array() for s in rows]))
+def test_rows_of_plain_summaries_and_of_no_ranks():
+    plain = list(WindowRows.from_matrix(matrix(world=3)))
+    rows = WindowRows.of(plain)
+    assert rows == plain and WindowRows.of(rows) is rows
+    assert np.array_equal(rows.matrix, summary_matrix(plain))
+    empty = WindowRows(np.zeros((0, len(WINDOW_FIELDS))))
+    assert len(empty) == 0 and list(empty) == [] and summary_matrix(empty).shape == (0, len(WINDOW_FIELDS))
+    with pytest.raises(ValueError, match="ranks"):
+        WindowRows(np.zeros((3, 4)))
 
 
 def test_the_fleet_view_is_the_same_from_the_matrix_and_from_objects_in_any_order():

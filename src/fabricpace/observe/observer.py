@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,9 @@ from fabricpace.run.window import WindowSummary
 from fabricpace.run.writer import write_table_atomic
 
 _HISTORY_WINDOWS = 64
+# ... and at most this many rows in all (64 windows up to 2,048 ranks, 8 at 16,384): a window of
+# 16,384 ranks is a 3.3 MB matrix, and 64 of them would hold 210 MB on every rank.
+_HISTORY_ROWS = 131_072
 # Floats appended to each rank's window vector for pacing: failed flag, state digest, batch_share used.
 _PACING_FIELDS = 3
 
@@ -90,9 +94,7 @@ class Observer:
         self.recording = False  # hot-path switch; True once started
         self.closed = False
         self.step_index = -1
-        self.summaries: list[WindowSummary] = []  # the last window's summaries (all ranks)
-        # The latest windows (all ranks' summaries), for introspection; rank 0's WindowLog keeps them all.
-        self.window_history: deque[list[WindowSummary]] = deque(maxlen=_HISTORY_WINDOWS)
+        self.summaries: Sequence[WindowSummary] = []  # the last window's summaries (all ranks)
         self._window_log: WindowLog | None = None
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
@@ -132,6 +134,9 @@ class Observer:
         self._lazy_hook = False
         self._ddp_args: tuple[Any, Any] = (None, None)
         self.rank, self.world, self.distributed = startup.rank_world()
+        # The latest windows (all ranks' summaries), for introspection; rank 0's WindowLog keeps them all.
+        keep = max(4, min(_HISTORY_WINDOWS, _HISTORY_ROWS // max(self.world, 1)))
+        self.window_history: deque[Sequence[WindowSummary]] = deque(maxlen=keep)
         self.guard = Guard(self.rank)
         self.clock = CpuClock(clock_shift_ns(self.rank))
         self.t0 = self.clock.now()
@@ -526,7 +531,7 @@ class Observer:
             return
         self._use_window(summaries, matrix[:, -_PACING_FIELDS:])
 
-    def _use_window(self, summaries: list[WindowSummary], pacing: Any = None) -> None:
+    def _use_window(self, summaries: Sequence[WindowSummary], pacing: Any = None) -> None:
         """``pacing``: (world × 3) per rank, its pacer-failed flag, its state digest and whether its
         loop takes the batch from ``obs.batch_share``."""
         cfg = self.config
@@ -562,7 +567,7 @@ class Observer:
             self._next_window = max(self._ended + 1, end)
             self._next_event = min(self._next_event, self._next_window)
 
-    def _report(self, summaries: list[WindowSummary]) -> None:
+    def _report(self, summaries: Sequence[WindowSummary]) -> None:
         from fabricpace.observe.status import print_status, status_line, window_stats
 
         if not self.config.status_line and self._metrics is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ class Pacer(Protocol):
     def before_bucket(self, bucket_index: int) -> None: ...
     def after_bucket(self, bucket_index: int) -> None: ...
     # Optional: def wants_comm_hook(self) -> bool — see fabricpace.observe.ddp_probe.choose_mode.
-    def on_window(self, step: int, summaries: list[WindowSummary]) -> None: ...
+    def on_window(self, step: int, summaries: Sequence[WindowSummary]) -> None: ...
     def batch_share(self, global_batch: int) -> int: ...
     def status(self) -> str: ...
     def close(self) -> None: ...
@@ -210,7 +211,7 @@ class SafePacer:
             self._drop(exc)
             return False
 
-    def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
+    def on_window(self, step: int, summaries: Sequence[WindowSummary]) -> None:
         if self.pacer is not None:
             try:
                 self.pacer.on_window(step, summaries)

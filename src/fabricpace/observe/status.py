@@ -6,34 +6,35 @@ Both read only the gathered window summaries, so they cost nothing between windo
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, summary_matrix
 
 
-def window_stats(summaries: list[WindowSummary]) -> dict[str, float]:
+def window_stats(summaries: Sequence[WindowSummary]) -> dict[str, float]:
     """Fleet view of one window: throughput, CV of step time, slowest rank, wait share."""
-    step_mean = np.array([s.step_mean_ns for s in summaries])
-    step_std = np.array([s.step_std_ns for s in summaries])
-    samples = np.array([s.samples_mean for s in summaries])
-    wait = np.array([s.wait_mean_ns for s in summaries])
-    last = np.array([s.last_arrivals for s in summaries])
-    compute = np.array([s.compute_median_ns for s in summaries])
-    mean_step = float(step_mean.mean()) if step_mean.size else 0.0
-    slowest = int(np.argmax(last)) if last.sum() > 0 else int(np.argmax(compute))
-    total = max(sum(s.collectives for s in summaries) / max(len(summaries), 1), 1.0)
+    m = summary_matrix(summaries)  # (the gathered matrix itself: no per-rank objects at 16k ranks)
+    if not len(m):
+        return {"window": 0.0, "first_step": 0.0, "steps": 0.0, "throughput": 0.0, "step_ms": 0.0,
+                "cv": 0.0, "slowest_rank": 0.0, "slowest_last_share": 0.0, "wait_share": 0.0}
+    col = {name: m[:, i] for i, name in enumerate(WINDOW_FIELDS)}
+    step_mean, last = col["step_mean_ns"], col["last_arrivals"]
+    mean_step = float(step_mean.mean())
+    slowest = int(np.argmax(last)) if last.sum() > 0 else int(np.argmax(col["compute_median_ns"]))
+    total = max(float(col["collectives"].mean()), 1.0)
     return {
-        "window": float(summaries[0].window) if summaries else 0.0,
-        "first_step": float(summaries[0].first_step) if summaries else 0.0,
-        "steps": float(summaries[0].steps) if summaries else 0.0,
-        "throughput": float(samples.sum() / (mean_step / 1e9)) if mean_step > 0 else 0.0,
+        "window": float(col["window"][0]),
+        "first_step": float(col["first_step"][0]),
+        "steps": float(col["steps"][0]),
+        "throughput": float(col["samples_mean"].sum() / (mean_step / 1e9)) if mean_step > 0 else 0.0,
         "step_ms": mean_step / 1e6,
-        "cv": float(np.sqrt((step_std**2).mean()) / mean_step) if mean_step > 0 else 0.0,
-        "slowest_rank": float(slowest),
+        "cv": float(np.sqrt((col["step_std_ns"] ** 2).mean()) / mean_step) if mean_step > 0 else 0.0,
+        "slowest_rank": float(col["rank"][slowest]),
         "slowest_last_share": float(last[slowest] / total) if last.sum() > 0 else 0.0,
-        "wait_share": float(wait.mean() / mean_step) if mean_step > 0 else 0.0,
+        "wait_share": float(col["wait_mean_ns"].mean() / mean_step) if mean_step > 0 else 0.0,
     }
 
 
@@ -79,14 +80,16 @@ class Metrics:
         server = start_http_server(port, addr="127.0.0.1", registry=self.registry)
         self._server: Any = server[0] if isinstance(server, tuple) else None
 
-    def update(self, stats: dict[str, float], summaries: list[WindowSummary]) -> None:
+    def update(self, stats: dict[str, float], summaries: Sequence[WindowSummary]) -> None:
         for key, gauge in self.fleet.items():
             gauge.set(stats[key])
-        for s in summaries:
-            label = str(s.rank)
-            self.per_rank["step_ms"].labels(label).set(s.step_mean_ns / 1e6)
-            self.per_rank["wait_ms"].labels(label).set(s.wait_mean_ns / 1e6)
-            self.per_rank["last_arrivals"].labels(label).set(s.last_arrivals)
+        m = summary_matrix(summaries)
+        cols = [WINDOW_FIELDS.index(n) for n in ("rank", "step_mean_ns", "wait_mean_ns", "last_arrivals")]
+        for rank, step_ns, wait_ns, last in m[:, cols].tolist():
+            label = str(int(rank))
+            self.per_rank["step_ms"].labels(label).set(step_ns / 1e6)
+            self.per_rank["wait_ms"].labels(label).set(wait_ns / 1e6)
+            self.per_rank["last_arrivals"].labels(label).set(last)
 
     def close(self) -> None:
         if self._server is not None:

@@ -12,6 +12,7 @@ the run of a small job, whose windows cost nothing to keep) and at close streams
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ class WindowLog:
         self._rows = 0
         self.windows = 0
 
-    def add(self, summaries: list[WindowSummary]) -> None:
+    def add(self, summaries: Sequence[WindowSummary]) -> None:
         """Keep one window (a failure turns writing off, like any chunk's; training goes on)."""
         if not self.sink.enabled:
             return

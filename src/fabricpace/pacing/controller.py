@@ -37,7 +37,7 @@ from fabricpace.pacing.stragglers import (
     straggler_gone,
     waits_on_straggler,
 )
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WindowRows, WindowSummary
 
 
 class Controller:
@@ -97,7 +97,7 @@ class Controller:
         # The re-check windows so far: together they are judged as the one window they replace.
         self._recheck_left = 0
         self._rechecking = False
-        self._rechecks: list[list[WindowSummary]] = []
+        self._rechecks: list[WindowRows] = []
         # A trial with a first rebalance move waiting for its confirmation window, or None; the window
         # just closed was that confirmation window when it is set.
         self._pending: Pending | None = None
@@ -110,7 +110,7 @@ class Controller:
             return self._confirm(step, summaries, out)
         if self._rechecking:
             self._rechecking = False
-            self._rechecks.append(list(summaries))
+            self._rechecks.append(WindowRows.of(summaries))
             self._recheck_left -= max(1, int(summaries[0].steps)) if summaries else 1
             summaries = merge_windows(self._rechecks)
             if self._recheck_left > 0:
@@ -185,7 +185,7 @@ class Controller:
                          f"{fmt_who(pend.slow)} {why} in the {fleet.steps:.0f} steps after the window that "
                          "proposed a move: not tried")
         if cands:
-            both = fleet_view(merge_windows([pend.summaries, list(summaries)]), self.world_size)
+            both = fleet_view(merge_windows([pend.summaries, summaries]), self.world_size)
             self._start_trial(step, both, cands, out)
         self._set_next(fleet)
         self.decisions.extend(out)
@@ -669,7 +669,7 @@ class Controller:
         # (windows no longer than the confirmation window itself are not split)
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
-            self._pending = Pending(candidates=candidates, summaries=list(summaries), window=w,
+            self._pending = Pending(candidates=candidates, summaries=WindowRows.of(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])
             return
         self._start_trial(step, fleet, candidates, out)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabricpace.pacing.rebalance import fixed_step_cost
-from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, summary_matrix, tail_steps
+from fabricpace.run.window import WINDOW_FIELDS, WindowRows, WindowSummary, summary_matrix, tail_steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +129,7 @@ def leaves_from_summaries(summaries: Sequence[WindowSummary], world_size: int) -
     return tuple(int(v) for v in number[inverse])
 
 
-def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSummary]:
+def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> WindowRows:
     """Consecutive windows of every rank's summaries as one window (a list per window, in order).
 
     The controller splits one window into short re-check windows after a move kept on its probe; their
@@ -143,9 +143,10 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSumm
     if not windows:
         raise ValueError("merge_windows: no windows")
     if len(windows) == 1:
-        return list(windows[0])
-    per_rank = [sorted(w, key=lambda s: s.rank) for w in windows]
-    a = np.stack([np.stack([s.to_array() for s in w]) for w in per_rank])  # window x rank x field
+        return WindowRows.of(windows[0])
+    mats = [summary_matrix(w) for w in windows]
+    rank = WINDOW_FIELDS.index("rank")
+    a = np.stack([m[np.argsort(m[:, rank], kind="stable")] for m in mats])  # window x rank x field
     col = {name: a[:, :, i] for i, name in enumerate(WINDOW_FIELDS)}
     steps = col["steps"]
     total = steps.sum(axis=0)
@@ -183,4 +184,4 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> list[WindowSumm
     index = {n: i for i, n in enumerate(WINDOW_FIELDS)}
     for n, v in set_.items():
         merged[:, index[n]] = v
-    return [WindowSummary.from_array(row) for row in merged]
+    return WindowRows(merged)

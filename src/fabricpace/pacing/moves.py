@@ -17,7 +17,7 @@ from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.fleet import Fleet
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import PacingState
-from fabricpace.run.window import WindowSummary
+from fabricpace.run.window import WindowRows
 
 # (severity, policy, candidate state, reason, rank): one candidate of a trial
 Candidate = tuple[float, str, PacingState, str, int]
@@ -29,7 +29,7 @@ class Pending:
     (``rebalance_confirm_steps``): the window that proposed them, and the slow group it saw."""
 
     candidates: list[Candidate]
-    summaries: list[WindowSummary]
+    summaries: WindowRows
     window: int
     slow: np.ndarray
     excess: float  # the slow group's median excess per sample in the proposing window

@@ -106,7 +106,7 @@ class Pacer:
     def after_bucket(self, bucket_index: int, done: Any = None) -> None:
         self.comm.after(bucket_index, done)
 
-    def on_window(self, step: int, summaries: list[WindowSummary]) -> None:
+    def on_window(self, step: int, summaries: Sequence[WindowSummary]) -> None:
         if not self.enabled:
             return
         t0 = time.perf_counter()

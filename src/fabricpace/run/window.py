@@ -7,9 +7,9 @@ controller reads only these, so every rank — and the simulator's twin — take
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import Any
+from typing import cast, overload
 
 import numpy as np
 
@@ -80,62 +80,91 @@ WINDOW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(WindowSummary))
 _REQUIRED = sum(1 for f in fields(WindowSummary) if f.default is MISSING)
 
 
-class WindowRows(list[WindowSummary]):
-    """One window's summaries (one per rank, in the order of the rows they were read from) together
-    with that (ranks × ``WINDOW_FIELDS``) float64 matrix, read-only.
+class WindowRows(Sequence[WindowSummary]):
+    """One window's summaries, one per row of the gathered (ranks × ``WINDOW_FIELDS``) float64 matrix,
+    in its order; read-only, and each summary is built the first time it is read.
 
-    Every rank turns the gathered matrix into summaries each window and the pacing controller turns
-    them back into arrays: at 16,384 ranks those Python objects were most of the window's cost
-    (``benchmarks/window_scale.py``). Consumers that work on arrays take ``matrix``; everything else
-    sees a plain list. A copy (``list(rows)``) or a changed list no longer carries the matrix."""
+    Every rank turns the gathered matrix into summaries each window, in the training thread. At 16,384
+    ranks building one Python object per rank was most of the window's cost (~140 ms,
+    ``benchmarks/window_scale.py``), while the pacing controller, the window log and the status line
+    read the matrix (``summary_matrix``) and never touch the objects: they are built only for a reader
+    that asks for them (``rows[i]``, iteration, ``list(rows)``)."""
 
-    _matrix: np.ndarray | None
+    __slots__ = ("_built", "_matrix", "_whole")
 
-    def __init__(self, summaries: Iterable[WindowSummary] = (), matrix: np.ndarray | None = None) -> None:
-        super().__init__(summaries)
-        self._matrix = matrix
+    def __init__(self, matrix: np.ndarray) -> None:
+        head = np.array(matrix, dtype=np.float64)  # (an own copy: the matrix must not change under us)
+        if head.ndim != 2 or head.shape[1] != len(WINDOW_FIELDS):
+            raise ValueError(f"a window matrix is (ranks × {len(WINDOW_FIELDS)}), got {head.shape}")
+        head.setflags(write=False)
+        self._matrix = head
+        self._built: list[WindowSummary | None] = [None] * head.shape[0]
+        self._whole = False  # every summary built
 
     @classmethod
     def from_matrix(cls, head: np.ndarray) -> WindowRows:
-        """Summaries of the rows of ``head`` (ranks × len(WINDOW_FIELDS)), built without the
-        dataclass ``__init__`` (the rows are the observer's own numbers; ~2x faster per object)."""
-        head = np.array(head, dtype=np.float64)  # (an own copy: the matrix must not change under us)
-        head.setflags(write=False)
-        new = object.__new__
-        out = []
-        for row in head.tolist():
-            kw = dict(zip(WINDOW_FIELDS, row, strict=True))
-            for name in _INT_FIELDS:
-                kw[name] = int(kw[name])
-            obj = new(WindowSummary)
-            obj.__dict__.update(kw)  # field order = declaration order, as to_array expects
-            out.append(obj)
-        return cls(out, head)
+        """The summaries of the rows of ``head`` (ranks × len(WINDOW_FIELDS))."""
+        return cls(head)
+
+    @classmethod
+    def of(cls, summaries: Iterable[WindowSummary]) -> WindowRows:
+        """``summaries`` as WindowRows: itself when it is one (they are read-only), else a copy."""
+        return summaries if isinstance(summaries, WindowRows) else cls(summary_matrix(list(summaries)))
 
     @property
-    def matrix(self) -> np.ndarray | None:
-        """The rows' matrix, or None once the list was changed in any way."""
+    def matrix(self) -> np.ndarray:
+        """The rows' matrix (read-only)."""
         return self._matrix
 
+    def __len__(self) -> int:
+        return len(self._built)
 
-def _forgets_matrix(name: str) -> Callable[..., Any]:
-    method = getattr(list, name)
+    @overload
+    def __getitem__(self, i: int) -> WindowSummary: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[WindowSummary]: ...
+    def __getitem__(self, i: int | slice) -> WindowSummary | list[WindowSummary]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        built = self._built[i]  # (IndexError and negative indices as a list's)
+        if built is None:
+            built = self._built[i] = _summary(self._matrix[i].tolist())
+        return built
 
-    def changed(self: WindowRows, *args: Any, **kwargs: Any) -> Any:
-        self._matrix = None
-        return method(self, *args, **kwargs)
+    def __iter__(self) -> Iterator[WindowSummary]:
+        if not self._whole:  # one pass over the whole matrix is cheaper than row by row
+            rows, built = self._matrix.tolist(), self._built
+            self._built = [_summary(r) if b is None else b for b, r in zip(built, rows, strict=True)]
+            self._whole = True
+        return iter(cast("list[WindowSummary]", self._built))
 
-    return changed
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, WindowRows):
+            return bool(np.array_equal(self._matrix, other._matrix))
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WindowRows({len(self)} ranks)"
 
 
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop",
-              "remove", "sort", "reverse", "clear"):  # fmt: skip
-    setattr(WindowRows, _name, _forgets_matrix(_name))
+def _summary(row: list[float]) -> WindowSummary:
+    """A summary from one matrix row without the frozen dataclass ``__init__`` (the rows are the
+    observer's own numbers; ~2x faster per object)."""
+    kw: dict[str, float | int] = dict(zip(WINDOW_FIELDS, row, strict=True))
+    for name in _INT_FIELDS:
+        kw[name] = int(kw[name])
+    obj = object.__new__(WindowSummary)
+    obj.__dict__.update(kw)  # field order = declaration order, as to_array expects
+    return obj
 
 
 def summary_matrix(summaries: Iterable[WindowSummary]) -> np.ndarray:
     """(ranks × fields) float64 in ``WINDOW_FIELDS`` order, in the order given."""
-    if isinstance(summaries, WindowRows) and summaries.matrix is not None:
+    if isinstance(summaries, WindowRows):
         return summaries.matrix
     rows = [s.to_array() for s in summaries]
     return np.stack(rows) if rows else np.zeros((0, len(WINDOW_FIELDS)))
