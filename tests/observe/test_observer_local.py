@@ -108,12 +108,6 @@ def test_pacing_as_a_list_of_policies_builds_the_pacer(tmp_path, pacing):
     assert fabricpace.load_run(obs.run_dir).manifest.pacing["mode"] == mode
 
 
-def test_unknown_pacing_mode_does_not_stop_training(tmp_path):
-    with observe(None, tmp_path / "u", pacing="no-such-mode", config=CFG) as obs:
-        _train(obs, 3)
-    assert "pacing" in obs.failures and obs.batch_share(4) == 4
-
-
 def test_unwritable_run_dir_degrades_to_no_writes(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -145,11 +139,45 @@ def test_a_broken_link_at_run_dir_is_kept_and_the_run_goes_next_to_it(tmp_path):
     assert link.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
-def test_bad_config_is_config_error():
-    with pytest.raises(ConfigError, match="window"):
-        ObserverConfig(window=0)
-    with pytest.raises(ConfigError, match="flush_mode"):
-        ObserverConfig(flush_mode="sometimes")
+@pytest.mark.parametrize(("field", "value"), [
+    ("window", 0), ("window", "50"), ("window", 2.5), ("window", True), ("flush_mode", "sometimes"),
+    ("close_timeout_s", -3), ("gather_timeout_s", -1.0), ("store_timeout_s", 0),
+    ("probe_timeout_s", float("nan")), ("flush_interval_s", -1), ("flush_max_steps", 10),
+    ("gather_lag_steps", -1), ("status_line", "yes"),
+])  # fmt: skip
+def test_bad_config_is_config_error_naming_the_field(field, value):
+    with pytest.raises(ConfigError, match=rf"^ObserverConfig\.{field} must"):
+        ObserverConfig(**{field: value})
+
+
+def test_config_accepts_numpy_integers_and_a_zero_interval():
+    import numpy as np
+
+    assert ObserverConfig(window=np.int64(5), flush_interval_s=0).window == 5
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"pacing": "autoo"}, "unknown policy 'autoo'"),
+    ({"pacing": "gc,reblance"}, "unknown policy 'reblance'"),
+    ({"pacing": True}, "pacing=True: use 'auto'"),
+    ({"pacing": ["gc", 3]}, "a list of policy names"),
+    ({"pacing": 42}, "nor a pacer object"),
+    ({"config": {"window": 5}}, "got a dict"),
+    ({"window": "50"}, "window must be a whole number"),
+    ({"metrics_port": -1}, "a TCP port"),
+])  # fmt: skip
+def test_bad_observe_arguments_are_refused_before_anything_starts(tmp_path, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        observe(None, tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()  # nothing written, no thread left running
+
+
+def test_pacing_off_forms_start_unpaced(tmp_path):
+    for i, pacing in enumerate(["off", None, False, ""]):
+        with observe(None, tmp_path / f"r{i}", config=CFG, pacing=pacing) as obs:
+            _train(obs, 2)
+        assert obs.failures == {}
+    assert json.loads((tmp_path / "r1" / "manifest.json").read_text())["pacing"] == {"mode": "off"}
 
 
 def test_observer_works_without_torch(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from fabricpace._errors import ConfigError
@@ -59,18 +61,28 @@ class ObserverConfig:
     probe_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        # Checked here so a bad config is refused at construction, before training starts.
-        for name in ("window", "flush_every", "arrival_slots", "clock_rounds"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"ObserverConfig.{name} must be >= 1 (got {getattr(self, name)!r})")
-        if self.flush_interval_s < 0 or self.flush_max_steps < self.flush_every:
+        # Checked here so a bad config is refused at construction, before training starts: a value
+        # that only failed later would turn the observer off in the middle of the job (a negative
+        # timeout, for one, made gloo refuse the window group and close drop the last rows).
+        for name in ("window", "flush_every", "flush_max_steps", "arrival_slots", "clock_rounds",
+                     "gather_lag_steps", "clock_every"):  # fmt: skip
+            value = getattr(self, name)
+            least = 0 if name in ("gather_lag_steps", "clock_every") else 1
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ConfigError(f"ObserverConfig.{name} must be a whole number >= {least} (got {value!r})")
+        for name in ("flush_interval_s", "store_timeout_s", "gather_timeout_s", "close_timeout_s",
+                     "probe_timeout_s"):  # fmt: skip
+            value = getattr(self, name)
+            zero_ok = name == "flush_interval_s"  # 0 = a part every flush_every steps
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok or value < 0 or (value == 0 and not zero_ok):
+                need = ">= 0" if zero_ok else "> 0"
+                raise ConfigError(f"ObserverConfig.{name} must be a number of seconds {need} (got {value!r})")
+        if self.flush_max_steps < self.flush_every:
             raise ConfigError(
-                "ObserverConfig: flush_interval_s must be >= 0 and flush_max_steps >= flush_every"
+                f"ObserverConfig.flush_max_steps must be >= flush_every ({self.flush_every}) "
+                f"(got {self.flush_max_steps!r})"
             )
-        if self.gather_lag_steps < 0:
-            raise ConfigError(f"ObserverConfig.gather_lag_steps must be >= 0 (got {self.gather_lag_steps!r})")
-        if self.clock_every < 0:
-            raise ConfigError(f"ObserverConfig.clock_every must be >= 0 (got {self.clock_every!r})")
         if self.ddp_instrumentation not in ("auto", "hook", "grad_hooks"):
             raise ConfigError(
                 "ObserverConfig.ddp_instrumentation must be 'auto', 'hook' or 'grad_hooks' "
@@ -80,3 +92,5 @@ class ObserverConfig:
             raise ConfigError(
                 f"ObserverConfig.flush_mode must be 'thread' or 'main' (got {self.flush_mode!r})"
             )
+        if not isinstance(self.status_line, bool):
+            raise ConfigError(f"ObserverConfig.status_line must be True or False (got {self.status_line!r})")

@@ -43,11 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from fabricpace._errors import ConfigError
 from fabricpace.observe import align, chunks, ddp_instrument, gather_wait, locality, startup, windows
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
-from fabricpace.observe.pacer import SafePacer, load_pacer, pacing_mode
+from fabricpace.observe.pacer import SafePacer, check_pacing, load_pacer, pacing_mode
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason, finish_rank0
 from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
@@ -84,11 +85,20 @@ class Observer:
         wrap_collectives: bool = False,
         event_source: Any = None,
     ) -> None:
+        # Arguments are checked before anything starts: a mistake is a ConfigError here, never a
+        # log line after which the job runs without what was asked for.
+        if config is not None and not isinstance(config, ObserverConfig):
+            raise ConfigError(f"config: got a {type(config).__name__}; "
+                              "pass fabricpace.observe.ObserverConfig(field=...)")
         cfg = config or ObserverConfig()
         if window is not None:
             from dataclasses import replace
 
-            cfg = replace(cfg, window=window)
+            cfg = replace(cfg, window=window)  # (ObserverConfig checks it)
+        check_pacing(pacing)
+        port_ok = type(metrics_port) is int and 0 < metrics_port < 65536
+        if metrics_port is not None and not port_ok:
+            raise ConfigError(f"metrics_port={metrics_port!r}: a TCP port 1-65535, or None for no metrics")
         self.config = cfg
         self.model = model
         self.recording = False  # hot-path switch; True once started
@@ -176,15 +186,15 @@ class Observer:
                 raise RuntimeError("no Store on the default process group")
             self._all_gather = dist.all_gather  # the original, even if the collective wrapper is installed
         if not self.distributed:
-            if self.rank == 0:
-                self.run_dir = startup.fresh_dir(self.run_dir)
+            self.run_dir = startup.fresh_dir(self.run_dir, self.rank)
         elif self.rank == 0:
-            self.run_dir = startup.fresh_dir(self.run_dir)
             self.channel.set_json("start", {"t0": self.t0, "run_dir": str(self.run_dir)})
         else:
             info = self.channel.get_json("start")
-            self.run_dir = Path(info["run_dir"])
+            self.run_dir = Path(info["run_dir"])  # rank 0's (its default name has its start time)
             self.t0 = int(info["t0"])  # rank 0's clock; aligned time = local - offset - t0
+        if self.distributed:
+            self.run_dir = startup.agreed_dir(self.run_dir, self.rank, self._group)
         self.base_ns = self.t0
         if self.distributed:
             self._clock_sync = align.ClockSync(self.channel, rank=self.rank, world=self.world,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fabricpace._errors import ConfigError
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.run.window import WindowSummary
 
@@ -29,6 +30,30 @@ class Pacer(Protocol):
     def batch_share(self, global_batch: int) -> int: ...
     def status(self) -> str: ...
     def close(self) -> None: ...
+
+
+_PACER_METHODS = ("on_step_start", "on_step_end", "on_window", "batch_share", "status", "close")
+
+
+def check_pacing(pacing: Any) -> None:
+    """Refuse a ``pacing`` argument that is neither a documented mode nor a pacer object, before
+    the job starts: a typo would otherwise leave the whole run unpaced with one log line per rank."""
+    from fabricpace.pacing.config import POLICIES, parse_policies
+
+    hint = f"use 'auto', 'off' or a list of {', '.join(POLICIES)}"
+    if pacing is None or pacing is False:
+        return
+    if pacing is True:
+        raise ConfigError(f"pacing=True: {hint}")
+    if isinstance(pacing, list | tuple) and not all(isinstance(p, str) for p in pacing):
+        raise ConfigError(f"pacing={pacing!r}: a list of policy names; {hint}")
+    if _policy_spec(pacing) is not None:
+        parse_policies(pacing)  # (raises ConfigError naming the unknown policy)
+        return
+    missing = [m for m in _PACER_METHODS if not callable(getattr(pacing, m, None))]
+    if missing:
+        raise ConfigError(f"pacing={pacing!r}: not a pacing mode ({hint}) nor a pacer object "
+                          f"(it has no {', '.join(missing)})")
 
 
 def load_pacer(pacing: Any, *, rank: int, world: int, run_dir: Path, window: int) -> Any:
@@ -54,6 +79,8 @@ def _policy_spec(pacing: Any) -> str | None:
 
 def pacing_mode(pacing: Any) -> str:
     """How the manifest names ``pacing``: the mode string, or the pacer object's class."""
+    if pacing is None or pacing is False:
+        return "off"
     spec = _policy_spec(pacing)
     return spec if spec is not None else type(pacing).__name__
 

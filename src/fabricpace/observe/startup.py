@@ -4,6 +4,7 @@ workload description and the ranks table. Run once per observer, never on the ho
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -53,19 +54,80 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
-def fresh_dir(path: Path) -> Path:
-    """``path`` if absent or empty, else the first free sibling ``path-1``, ``path-2``, ... (no overwrite)."""
-    candidate, n = path, 0
-    # A broken symbolic link counts as taken: exists() calls it absent, and mkdir would then fail.
-    while (candidate.is_symlink() and not candidate.exists()) or (
-        candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir()))
-    ):
+_RANK_DIR = re.compile(r"rank-\d{5}")
+
+
+def sibling(path: Path, n: int) -> Path:
+    """``path`` itself for 0, else ``path-n``: where a run goes when ``path`` is taken."""
+    return path if n == 0 else path.with_name(f"{path.name}-{n}")
+
+
+def taken(candidate: Path, rank: int = 0) -> bool:
+    """Whether this rank must not write its run into ``candidate``: a file or a broken symbolic link
+    (exists() calls it absent, and mkdir would then fail), or a directory holding rows of this rank
+    (``TABLE/rank-R/``, which its first parts would overwrite); for rank 0, which writes the manifest,
+    also anything else but other ranks' row folders (those can be the same job's, when ranks that
+    have no process group start at different moments)."""
+    if candidate.is_symlink() and not candidate.exists():
+        return True
+    if not candidate.exists():
+        return False
+    if not candidate.is_dir():
+        return True
+    if any(candidate.glob(f"*/rank-{rank:05d}/*")):
+        return True
+    if rank != 0:
+        return False
+    for entry in candidate.iterdir():
+        subs = list(entry.iterdir()) if entry.is_dir() else []
+        if not subs or not all(sub.is_dir() and _RANK_DIR.fullmatch(sub.name) for sub in subs):
+            return True
+    return False
+
+
+def first_free(path: Path, rank: int = 0, start: int = 0) -> int:
+    """The first ``n >= start`` whose ``sibling(path, n)`` is not taken for ``rank``."""
+    n = start
+    while taken(sibling(path, n), rank):
         n += 1
-        candidate = path.with_name(f"{path.name}-{n}")
+    return n
+
+
+def fresh_dir(path: Path, rank: int = 0) -> Path:
+    """``path`` if this rank may write its run there, else the first free sibling ``path-1``,
+    ``path-2``, ... (no overwrite). Ranks that cannot agree on a directory (no process group) each
+    call this: rank 0 takes the first empty one, every other rank the first holding no rows of its
+    own, which after a complete earlier run is the same one."""
+    candidate = sibling(path, first_free(path, rank))
     if candidate != path:
-        LOG.warning("fabricpace observer: %s is taken (not empty, a file or a broken link); writing this "
-                    "run to %s", path, candidate)
+        LOG.warning("fabricpace observer: %s is taken (%s); writing this run to %s", path,
+                    "not empty, a file or a broken link" if rank == 0 else f"it holds rank {rank}'s rows",
+                    candidate)
     return candidate
+
+
+def agreed_dir(path: Path, rank: int, group: Any) -> Path:
+    """The first sibling of ``path`` that every rank of ``group`` may write into (``taken``), agreed
+    with two small all-reduces over the observer's gloo group: on a shared file system that is
+    rank 0's choice; on per-node disks a node whose own disk already holds rows of its ranks in
+    rank 0's choice moves every rank on, instead of overwriting them."""
+    import torch
+    import torch.distributed as dist
+
+    n = 0
+    while True:
+        proposal = torch.tensor([first_free(path, rank, n)], dtype=torch.int64)
+        dist.all_reduce(proposal, op=dist.ReduceOp.MAX, group=group)
+        n = int(proposal.item())
+        ok = torch.tensor([0 if taken(sibling(path, n), rank) else 1], dtype=torch.int64)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+        if int(ok.item()):
+            break
+        n += 1
+    if n and rank == 0:
+        LOG.warning("fabricpace observer: %s is taken (not empty, a file or a broken link, or holding "
+                    "rows of some rank on its node); writing this run to %s", path, sibling(path, n))
+    return sibling(path, n)
 
 
 def workload(model: Any) -> dict[str, Any]:
