@@ -24,7 +24,8 @@ with the project's own loaders, and run as a user would::
 
     fabricpace study --backend sim --scenario DIR --compare baseline,paced --format json [--repeats R]
 
-in a subprocess (``.venv/bin/fabricpace``, niced). The stdout JSON gives, per node count, the study's
+in a subprocess (``python -m fabricpace.cli.app`` of the running interpreter, niced). The stdout JSON
+gives, per node count, the study's
 mean throughput with its 95% CI and the paired throughput change (``delta_pct``, ``delta_ci_pct``:
 Student-t over the paired repeats). The paired CV change is not in the JSON, so it is computed here
 from the study's own ``study.json`` points (same seeds, Student-t 95% CI). Verdicts, as in
@@ -55,7 +56,8 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FABRICPACE = ROOT / ".venv/bin/fabricpace"
+# The CLI of the Python running this script (any virtualenv; honours PYTHONPATH, as --snapshot needs).
+FABRICPACE = [sys.executable, "-m", "fabricpace.cli.app"]
 CV_FLOOR = 0.001  # smallest CV change called a finding (pacing_sim.py uses the same)
 # seconds per simulated rank-step on this machine (128 nodes x 8 GPUs x 1000 steps took ~17 s niced)
 COST_PER_RANK_STEP = 1.7e-5
@@ -459,7 +461,7 @@ def _limit_memory() -> None:
 
 
 def run_study(folder: Path, out: Path, cli: list[str], *, seed: int, figures: bool) -> dict[str, Any]:
-    cmd = ["nice", "-n", "19", str(FABRICPACE), "study", "--backend", "sim", "--scenario", str(folder),
+    cmd = ["nice", "-n", "19", *FABRICPACE, "study", "--backend", "sim", "--scenario", str(folder),
            "--compare", "baseline,paced", "--format", "json", "--seed", str(seed), "--out", str(out), *cli]
     if not figures:
         cmd.append("--no-figures")

@@ -48,7 +48,8 @@ from pacing_stress import reexec_on_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "benchmarks" / "scenarios_unseen2"
-FABRICPACE = ROOT / ".venv" / "bin" / "fabricpace"
+# The CLI of the Python running this script (any virtualenv; honours PYTHONPATH, as --snapshot needs).
+FABRICPACE = [sys.executable, "-m", "fabricpace.cli.app"]
 CV_FLOOR = 0.001  # smallest paired CV change called a finding (as pacing_stress.py / pacing_sim.py)
 _T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23]  # Student-t, df 1..10
 
@@ -63,7 +64,7 @@ def _mean_ci(x: np.ndarray) -> tuple[float, float, float]:
 
 def run_study(folder: Path, out: Path, extra: list[str]) -> dict[str, Any]:
     """One study through the CLI; returns the exit code, the parsed JSON and any problem seen."""
-    cmd = ["nice", "-n", "19", str(FABRICPACE), "study", "--scenario", str(folder), "--compare",
+    cmd = ["nice", "-n", "19", *FABRICPACE, "study", "--scenario", str(folder), "--compare",
            "baseline,paced", "--format", "json", "--no-figures", "--out", str(out), *extra]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
