@@ -55,7 +55,10 @@ def register(app: typer.Typer) -> None:
         if run_dir is not None:  # the ranks' observers would record nothing there, and training would go on
             check_output_path(Path(run_dir), option="--run-dir")
         if importlib.util.find_spec("torch") is None:
-            raise InputError("run: torch is not installed; install it with pip install 'fabricpace[torch]'")
+            raise InputError(
+                "run: torch is not installed; install it with pip install '.[torch]' in the fabricpace"
+                " checkout (or pip install torch)"
+            )
         env = dict(os.environ)
         if run_dir is not None:
             env["FABRICPACE_RUN_DIR"] = run_dir
