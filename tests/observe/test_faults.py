@@ -86,6 +86,10 @@ def test_user_error_at_a_window_boundary_ends_every_rank_promptly(launcher, tmp_
     steps = data.steps
     assert set(steps["rank"].unique().to_list()) == {0, 1, 2}
     assert steps.height >= 3 * 6  # the steps before the fault were written on every rank
+    # The step that raised (rank 1's UserBoom; the others' failed all-reduce, blocked until the
+    # transport gave up) is no step: not written, counted on rank 0 (before, the survivors wrote it
+    # as one long all-"compute" step that skewed every step statistic)
+    assert steps["step"].max() == 6 and data.manifest.extra["failed_steps"] == [7]
 
 
 def test_killed_rank_survivors_exit_with_their_own_error_promptly(launcher, tmp_path):
@@ -237,7 +241,8 @@ def test_interrupt_in_the_loop_propagates_unchanged_and_marks_the_run_incomplete
     assert info.value is stop
     data = fabricpace.load_run(tmp_path / "run")
     assert data.manifest.complete is False and data.manifest.extra["error"] == "KeyboardInterrupt"
-    assert data.steps["step"].to_list() == list(range(6))  # the interrupted step is kept too
+    # The interrupted step is not a step: counted, not written (its time would read as compute)
+    assert data.steps["step"].to_list() == list(range(5)) and data.manifest.extra["failed_steps"] == [5]
 
 
 def test_close_in_an_except_block_finds_the_error_and_sys_exit_0_is_clean(tmp_path):

@@ -108,6 +108,7 @@ class Observer:
         self._window_log: WindowLog | None = None
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
+        self.failed_steps: list[int] = []  # steps that raised (not written as steps; first 100)
         self._data_ns = 0
         self._data_events = False
         self._gc_ns = 0
@@ -432,14 +433,28 @@ class Observer:
         self._next_event = max(nxt, n + 1)
 
     def _end_failed_step(self) -> None:
-        """The user's step raised: record it, but start no window gather now — the peers may never
-        reach it (they wait in the user's collective for this rank), and close() would then block in
-        it for gather_timeout_s. The next step that ends normally runs the postponed work."""
-        nxt, self._next_event = self._next_event, 1 << 62
-        try:
-            self._end_step()
-        finally:
-            self._next_event = nxt
+        """The user's step raised. It is not written as a step: its time is not a step's (a peer that
+        died leaves this rank blocked until the transport gives up, seconds that the split would call
+        compute, as no backward ended), and one such row skewed every step statistic of the run. It
+        is counted (``failed_steps``; rank 0's go to the manifest). No window gather starts now —
+        the peers may never reach it (they wait in the user's collective for this rank), and close()
+        would then block in it for gather_timeout_s; the next step that ends normally runs it."""
+        if self.closed:
+            return
+        if len(self.failed_steps) < 100:
+            self.failed_steps.append(self.step_index)
+        if self.recording:
+            try:
+                pacer = self.pacer
+                if pacer.pacer is not None:
+                    pacer.on_step_end(self.step_index)  # (its step count stays the same on every rank)
+                probe = self._probe
+                if probe is not None and (probe.main_work or probe.armed[0]):
+                    self._probe_step()
+                self.recorder.discard()
+            except Exception as exc:
+                self._fail_recording(exc)
+        self._ended += 1  # (the postponed events run at the next step that ends normally)
 
     def _probe_step(self) -> None:
         probe = self._probe

@@ -360,6 +360,12 @@ class Recorder:
             self.data_marks = []
         self._start = self.mark()
 
+    def discard(self) -> None:
+        """Drop the running step (it raised): no step row, and its collectives leave no rows either
+        (their sequence numbers stay consumed, so (group, seq) keeps naming one instance everywhere)."""
+        self._colls = []
+        self.data_marks = []
+
     def end(self, data: int, gc: int, gc_count: int, paced: int, samples: int) -> None:
         """``data``: host nanoseconds of data phases measured on the host (all of them on CPU); on
         the event timeline the device time of ``data_marks`` is added when the step is resolved."""

@@ -99,6 +99,8 @@ def finish_rank0(obs: Any, reason: str | None, *, wait: bool) -> None:
                           comm_hook_installed_after_step=obs.comm_hook_step)
     if obs.pacer.notes:
         manifest.extra["pacing_notes"] = list(obs.pacer.notes)
+    if obs.failed_steps:
+        manifest.extra["failed_steps"] = list(obs.failed_steps)  # rank 0's, not written as steps
     if reason is not None:
         manifest.extra["error"] = reason
     obs._write_rank0_files(complete=True)
