@@ -87,7 +87,9 @@ def unconfirmed(fleet: Fleet, pend: Pending, config: PacingConfig) -> str | None
     excess = cps / float(np.median(cps)) - 1.0
     now = float(np.median(excess[slow]))
     if now < 0.5 * pend.excess:
-        return f"no longer slower per sample ({now * 100:+.0f}% vs median, {pend.excess * 100:+.0f}% before)"
+        # (it may still be slower than the median, only no longer as much as the move assumed)
+        return (f"less than half as slow per sample as when the move was proposed ({now * 100:+.0f}% vs "
+                f"median, {pend.excess * 100:+.0f}% then)")
     if not (fleet.has_arrivals and np.isfinite(pend.last)) or pend.last < config.straggler_clear_last_share:
         return None  # (arrival order says little of a group that was not last nearly always)
     group = excess >= config.straggler_compute_excess
