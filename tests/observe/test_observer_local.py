@@ -272,3 +272,15 @@ def test_window_log_writes_parts_and_joins_them_at_close(tmp_path):
     w = pl.read_parquet(tmp_path / "windows.parquet")
     assert w["step_mean_ns"].to_list() == [x * 10.0 + r for x in range(20) for r in range(3)]
     assert not (tmp_path / "windows").exists()
+
+
+def test_an_explicit_run_dir_that_differs_from_the_launchers_is_named(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("FABRICPACE_RUN_DIR", str(tmp_path / "launcher"))
+    with observe(None, tmp_path / "script", config=CFG) as obs:
+        _train(obs, 2)
+    assert obs.run_dir == tmp_path / "script"
+    assert sum("wins over FABRICPACE_RUN_DIR" in r.getMessage() for r in caplog.records) == 1
+    caplog.clear()
+    with observe(None, None, config=CFG) as obs:
+        _train(obs, 2)
+    assert obs.run_dir == tmp_path / "launcher" and not caplog.records

@@ -153,6 +153,11 @@ class Observer:
         self.t0 = self.clock.now()
         self.base_ns = self.t0
         self.run_dir = Path(run_dir or os.environ.get(RUN_DIR_ENV) or startup.default_run_dir())
+        env_dir = os.environ.get(RUN_DIR_ENV)
+        if run_dir and env_dir and Path(env_dir) != self.run_dir and self.rank == 0:
+            LOG.warning("fabricpace observer: run_dir=%s from the script wins over %s=%s (fabricpace run "
+                        "--run-dir); pass run_dir=None to write where the launcher says", self.run_dir,
+                        RUN_DIR_ENV, env_dir)
         self.pacer = SafePacer(None, self.guard, self.rank, self.world)
         _SESSIONS[0] += 1
         self._session = _SESSIONS[0]
