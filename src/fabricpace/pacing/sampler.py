@@ -2,9 +2,12 @@
 
 Step k's global batch is the same set of samples on every run — positions ``k*B .. (k+1)*B`` of the
 epoch's order — and rank r takes a contiguous slice of it whose length comes from the pacer's shares
-(equal split when pacing is off or undecided). Multiply each rank's *mean* loss by ``sampler.weight``
-(or ``fabricpace.pacing.sample_weight(len(batch), B, world)``) so DDP's averaged gradient equals the
-mean over the global batch: the update is then the unbalanced one up to float rounding.
+(equal split when pacing is off or undecided). Multiply each rank's *mean* loss by
+``fabricpace.pacing.sample_weight(len(batch), B, world)`` so DDP's averaged gradient equals the mean
+over the global batch: the update is then the unbalanced one up to float rounding. (``sampler.weight``
+is that weight for the batch the sampler yielded last, which is the batch in hand only with
+``num_workers=0``: a DataLoader with workers draws batches ahead, and around a change of shares its
+``weight`` belongs to a later batch.)
 
 Works without torch (pass it as ``DataLoader(ds, batch_sampler=...)``; any iterable with ``__len__``
 is accepted there). Shares change ``share_lag_steps`` steps after a decision (4 by default), so keep
