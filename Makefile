@@ -28,9 +28,31 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
+# The quick benchmarks with short arguments: about 4 minutes on 2 cores (211 s at load 4-6), each under a
+# minute. The long ones (pacing_unseen2, pacing_stress, full pacing_sim/pacing_real/diagnose_real, ...)
+# are run by hand: benchmarks/README.md.
 bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[bench]'
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@set -e; out=$$(mktemp -d /tmp/fabricpace-bench.XXXXXX); echo "bench outputs: $$out"; \
+	for b in \
+	  "maxmin_solve.py" \
+	  "collective_accuracy.py" \
+	  "sim_speed.py --quick" \
+	  "window_scale.py" \
+	  "observer_overhead.py --cpu-only --cpu-reps 10" \
+	  "clock_align.py --worlds 8" \
+	  "diagnose_accuracy.py --seeds 2 --out $$out/accuracy" \
+	  "diagnose_scale.py --cases syn256 --repeats 1 --out $$out/diagnose-scale" \
+	  "report_scale.py --nodes 4 --steps 200 --repeats 1 --out $$out/report-scale" \
+	  "kineto_import.py --sizes 10 --repeats 1 --no-hta" \
+	  "pacing_sim.py --only paper --seeds 2" \
+	  "pacing_transient.py --setup paper --nodes 4 --seeds 2 --no-short" \
+	  "pacing_real.py --hotpath --window 25" \
+	  "pacing_unseen2.py --only h03" \
+	  "pacing_stress.py --bad-files" \
+	  "diagnose_real.py run --out $$out/real --cases compute --repeats 1 --loads 0 --steps 100" \
+	  "diagnose_real.py score --out $$out/real" \
+	  "gpu_check.py --cpu --quick --out $$out/gpu-check" \
+	; do echo "== benchmarks/$$b"; $(BIN)/python benchmarks/$$b; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
