@@ -156,7 +156,7 @@ def _print_text(d: dict[str, Any]) -> None:
                 str(r["nodes"]),
                 f"{r['step_ms']:.2f}",
                 f"{r['throughput']:.1f} {r['throughput_unit']}",
-                f"{r['efficiency']:.1%}",
+                "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}",
                 f"{r['compute_ms']:.2f}",
                 f"{r['data_ms']:.2f}",
                 f"{r['skew_ms']:.2f}",
@@ -164,9 +164,10 @@ def _print_text(d: dict[str, Any]) -> None:
             )
         con.print(t)
         if s.get("dominant_loss"):
+            eff = s.get("efficiency_at_largest")
             con.print(
-                f"Lost time as N grows goes mostly to: [bold]{e(str(s['dominant_loss']))}[/bold] "
-                f"(efficiency at the largest size {s['efficiency_at_largest']:.1%})."
+                f"Lost time as N grows goes mostly to: [bold]{e(str(s['dominant_loss']))}[/bold]"
+                + (f" (efficiency at the largest size {eff:.1%})." if eff is not None else ".")
             )
         for note in s.get("notes") or []:
             con.print(f"[yellow]note:[/yellow] {e(str(note))}")

@@ -38,6 +38,14 @@ class DiagnoseConfig:
     # ... or one rank whose *mean* excess (pauses included) is far above the other ranks' (z against its
     # own spread): rare long pauses that make it the slowest in too few steps for the binomial test.
     straggler_mean_z: float = 5.0
+    # ... or, when pacing moved samples away from it (so it is no longer late), one rank whose own
+    # compute per sample is ≥ this × the other ranks' (median over steps; docs/diagnosis.md) ...
+    per_sample_min_ratio: float = 1.5
+    # ... and that processes at least this share fewer samples than its peers (a move happened).
+    per_sample_min_moved: float = 0.1
+    # The cause of a straggler's lateness is a step component only when that component's excess is at
+    # least this share of the rank's mean lateness; else the lateness is "not explained".
+    cause_min_share: float = 0.5
 
     # topology contention: transfer time above what the fabric delivered (or should deliver).
     contention_min_share: float = 0.05  # exposed excess transfer, share of step time

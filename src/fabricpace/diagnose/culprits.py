@@ -45,6 +45,8 @@ class CulpritScan:
     solo_saving: np.ndarray  # [R] what-if share of replacing this rank alone
     culprit: np.ndarray  # [R] bool
     step_skew: np.ndarray  # [S] max − median lateness
+    # [R] bool: late by ≥ straggler_min_excess in ≥ straggler_consistency of steps, z ≥ straggler_z
+    consistently_late: np.ndarray | None = None
 
 
 def _stage_groups(m: RunMetrics) -> list[np.ndarray]:
@@ -86,6 +88,15 @@ def _hidden_behind(
         return culprit
     out = culprit.copy()
     base, _ = whatif_saving(centred, out, step_time)
+    # Several consistently late ranks share the last-arriver role among themselves (a whole slow node:
+    # 8 of 16 ranks, each last in 1/8 of the steps), so adding any one of them saves nothing while the
+    # others still hold the step: try them together first. The audit's 2-node run with node 1 10% slow
+    # (60 steps) named 6 of node 1's 8 ranks, saved nothing and read "healthy".
+    together = out | late
+    if extra.size > 1 and together.sum() * 2 <= together.size:
+        gain, _ = whatif_saving(centred, together, step_time)
+        if gain - base >= cfg.straggler_min_saving:
+            return together
     for i in extra[np.argsort(-med[extra])]:
         trial = out.copy()
         trial[i] = True
@@ -162,6 +173,7 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         solo_saving=solo,
         culprit=culprit,
         step_skew=step_skew,
+        consistently_late=consistently_late,
     )
 
 

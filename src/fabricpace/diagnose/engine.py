@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 from fabricpace._errors import InputError
 from fabricpace.diagnose import (
     input_stall,
+    per_sample,
     persistent_straggler,
     scaling,
     stage_imbalance,
@@ -21,10 +23,10 @@ from fabricpace.diagnose import (
     topology_contention,
 )
 from fabricpace.diagnose.config import DiagnoseConfig
-from fabricpace.diagnose.culprits import scan
+from fabricpace.diagnose.culprits import CulpritScan, scan
 from fabricpace.diagnose.findings import Abstention, Diagnosis, Finding, RunSummary
 from fabricpace.diagnose.metrics import RunMetrics, build_metrics
-from fabricpace.diagnose.stats import nanmedian
+from fabricpace.diagnose.stats import named, nanmedian, sample_size_confidence, whatif_saving
 from fabricpace.run.reader import StepChunks, load_run
 from fabricpace.run.schema import COLLECTIVE_COLUMNS, TABLES
 
@@ -59,6 +61,32 @@ def _clock_check(m: RunMetrics, step_skew: np.ndarray, cfg: DiagnoseConfig) -> s
     return (
         f"arrival skew (median {typical / 1e3:.1f} µs per step) is below the clock uncertainty "
         f"({unc / 1e3:.1f} µs from ranks.clock_err_ns): cannot tell which rank arrived last"
+    )
+
+
+def _late_but_unnamed(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> str | None:
+    """Why persistent_straggler is undecided when ranks are consistently late by a material amount (and
+    replacing them all would save ≥ straggler_min_saving) but no straggler was named — e.g. half the
+    ranks or more (the rule names a minority). Before, such a run read "healthy" (the audit's 2-node
+    run with node 1 10% slow); healthy must mean decided."""
+    late = sc.consistently_late
+    if late is None or not late.any():
+        return None
+    saving, _ = whatif_saving(sc.centred, late, m.step_time)
+    if saving < cfg.straggler_min_saving:
+        return None
+    ranks = [int(v) for v in m.ranks[late]]
+    nodes = persistent_straggler.nodes_of(m, ranks)
+    all_nodes = persistent_straggler.nodes_of(m, [int(v) for v in m.ranks])
+    whole = [n for n in nodes if set(persistent_straggler.ranks_on(m, n)) <= set(ranks)]
+    where = named("rank", ranks, limit=6)
+    if whole and len(all_nodes) > 1:
+        where += f" ({named('node', whole)})"
+    return (
+        f"{where}, {len(ranks)} of {m.n_ranks} ranks, arrive late by ≥ {cfg.straggler_min_excess:.0%} of the "
+        f"step in ≥ {cfg.straggler_consistency:.0%} of steps (replacing them would save {saving:.1%}), but "
+        "half the ranks or more, or rarely the last: cannot tell whether they are slow or the others fast "
+        "(run longer, or compare with a run without them)"
     )
 
 
@@ -106,8 +134,15 @@ def diagnose_metrics(
             for mode in (*_ARRIVAL_MODES, "topology_contention"):
                 abstain(mode, "one rank: nothing to synchronize with")
         elif m.lateness is None:
+            lost = [w for w in m.run.warnings if "collectives" in w and "unreadable" in w]
+            no_coll = (
+                f"collectives unreadable ({lost[0]}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''}): "
+                "arrivals and transfer times unknown"
+                if lost
+                else "no collectives recorded: arrivals and transfer times unknown"
+            )
             for mode in (*_ARRIVAL_MODES, "topology_contention"):
-                abstain(mode, "no collectives recorded: arrivals and transfer times unknown")
+                abstain(mode, no_coll)
         else:
             sc = scan(m, m.lateness, cfg)
             reason = _clock_check(m, sc.step_skew, cfg)
@@ -117,10 +152,22 @@ def diagnose_metrics(
                 sc_for_modes = None
             else:
                 sc_for_modes = sc
-                findings += persistent_straggler.detect(m, sc, cfg)
-                f_sync, mm = sync_amplification.detect(m, sc, cfg)
+                f_strag = persistent_straggler.detect(m, sc, cfg, per_sample.scan(m, cfg))
+                findings += f_strag
+                # A straggler that pacing hid (named by compute per sample) is a persistent culprit
+                # too: the synchronization loss is what the other ranks' noise costs.
+                hidden = [
+                    r for f in f_strag if "route" in f.evidence for r in f.culprits.ranks
+                ]
+                sc_sync = (
+                    replace(sc, culprit=sc.culprit | np.isin(m.ranks, hidden)) if hidden else sc
+                )
+                f_sync, mm = sync_amplification.detect(m, sc_sync, cfg)
                 findings += f_sync
                 metrics.update(mm)
+                why_late = _late_but_unnamed(m, sc, cfg) if not f_strag else None
+                if why_late:
+                    abstain("persistent_straggler", why_late)
             f_top, mm, why = topology_contention.detect(m, cfg, cluster)
             findings += f_top
             metrics.update(mm)
@@ -139,7 +186,12 @@ def diagnose_metrics(
         metrics.update(mm)
         if why:
             not_applicable.append(f"stage_imbalance: {why}")
+    for f in findings:  # a short run cannot be as sure as a long one, whatever its bootstrap says
+        f.confidence = sample_size_confidence(f.confidence, m.n_steps, cfg)
     findings.sort(key=lambda f: -f.severity_pct)
+    moves = per_sample.decisions(m.run.pacing)
+    if moves:
+        metrics["pacing_decisions"] = moves
     if findings:
         verdict = ", ".join(dict.fromkeys(f.mode for f in findings))
     elif abstained:
@@ -225,7 +277,8 @@ def diagnose(
     if len(all_metrics) > 1:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            scale, why = scaling.analyse(all_metrics)
+            left_out = {a.run: a.reason for a in abstained if a.mode == "all"}
+            scale, why = scaling.analyse(all_metrics, left_out)
         if why:
             abstained.append(Abstention(run="*", mode="scaling", reason=why))
         elif scale is not None:

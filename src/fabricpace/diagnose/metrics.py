@@ -47,6 +47,7 @@ class RunMetrics:
     rank_info: pl.DataFrame
     stage_of_rank: np.ndarray | None  # [R] pipeline stage, when known
     notes: list[str] = field(default_factory=list)
+    samples: np.ndarray | None = None  # [R, S] samples per rank and step (None when not recorded)
 
     @property
     def n_ranks(self) -> int:
@@ -190,9 +191,10 @@ def build_metrics(
     elif late is not None and wait is not None:
         work = dur - np.nan_to_num(wait)
 
-    samples = None
+    samples = rank_samples = None
     if "samples" in steps_df.columns and steps_df["samples"].null_count() < steps_df.height:
-        samples = np.nansum(grid("samples"), axis=0)
+        rank_samples = grid("samples")
+        samples = np.nansum(rank_samples, axis=0)
 
     stage = None
     if info.height and "pp_stage" in info.columns and info["pp_stage"].drop_nulls().n_unique() >= 2:
@@ -220,4 +222,5 @@ def build_metrics(
         rank_info=info,
         stage_of_rank=stage,
         notes=notes,
+        samples=rank_samples,
     )

@@ -12,12 +12,19 @@ from typing import Any
 
 import numpy as np
 
+from fabricpace.diagnose import per_sample
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan, component_excess, component_excess_rows
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.locality import shared_locality, slot_names
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, named, nanmedian, prose_list, whatif_saving
+from fabricpace.diagnose.stats import (
+    block_bootstrap,
+    named,
+    nanmedian,
+    prose_list,
+    whatif_saving,
+)
 
 
 def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
@@ -28,17 +35,36 @@ def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
     return [int(v) for v in sel.to_list()]
 
 
-def _cause(comp: dict[str, float]) -> str:
+def ranks_on(m: RunMetrics, node: int) -> list[int]:
+    info = m.rank_info
+    if info.height == 0 or "node" not in info.columns:
+        return []
+    return [int(v) for v in info.filter(info["node"] == node)["rank"].to_list()]
+
+
+_CAUSES = {
+    "compute": "slower own compute",
+    "data": "slower data loading",
+    "gc": "longer GC pauses",
+    "paced": "pacing delay",
+}
+UNEXPLAINED = "not explained by the rank's own step components"
+
+
+def _cause(comp: dict[str, float], lateness_ns: float, min_share: float = 0.5) -> tuple[str, float | None]:
+    """(cause, share of the lateness its component explains). A component is named only when its
+    excess explains at least ``min_share`` of the lateness (the mean over steps, like the components):
+    a real healthy 2-rank run was 2.5 ms late per step with 0.5 ms more compute (20%), and the finding
+    said "slower own compute — drain or replace it". Otherwise the rank starts its steps late or leaves
+    the previous collective late, which no step component records."""
     pos = {k: v for k, v in comp.items() if v > 0}
     if not pos:
-        return "unknown (no step component explains the lateness)"
+        return "unknown (no step component explains the lateness)", None
     name = max(pos, key=lambda k: pos[k])
-    return {
-        "compute": "slower own compute",
-        "data": "slower data loading",
-        "gc": "longer GC pauses",
-        "paced": "pacing delay",
-    }[name]
+    share = pos[name] / lateness_ns if lateness_ns > 0 else None
+    if share is not None and share < min_share:
+        return UNEXPLAINED, share
+    return _CAUSES[name], share
 
 
 def split_by_cause(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +94,9 @@ def culprit_finding(
     ranks = [int(v) for v in m.ranks[rows]]
     mean_step = float(np.nanmean(m.step_time))
     comp = component_excess(m, rows)
+    with np.errstate(all="ignore"):
+        mean_late = float(nanmedian(np.nanmean(sc.excess[rows], axis=1)))
+    cause, explained = _cause(comp, mean_late, cfg.cause_min_share)
     share = float(sc.last_count[rows].sum() / max(sc.last_steps, 1))
     evidence = {
         "last_arriver_share": share,
@@ -77,7 +106,9 @@ def culprit_finding(
         "slower_than_peers_share_of_steps": float(np.min(sc.slower_share[rows])),
         "score_fleet_over_own": _score(m, rows),
         "component_excess_ms": {k: v / 1e6 for k, v in comp.items()},
-        "cause": _cause(comp),
+        "mean_lateness_ms": mean_late / 1e6,
+        "cause": cause,
+        "cause_explains_share": explained,
         "arrival_basis": m.arrival_basis,
         "steps": m.n_steps,
         "ranks": m.n_ranks,
@@ -87,9 +118,20 @@ def culprit_finding(
     nodes = nodes_of(m, ranks)
     where, many = _where(ranks, loc)
     it = "them" if many else "it"
-    if mode == "persistent_straggler":
+    its = "their" if many else "its"
+    if mode == "persistent_straggler" and cause == UNEXPLAINED:
+        top = max(comp, key=lambda k: comp[k]) if comp else None
+        part = f" ({top} +{comp[top] / 1e6:.2f} ms)" if top is not None and comp[top] > 0 else ""
         rec = (
-            f"The job waits for {where} in most steps ({_cause(comp)}). Check that hardware (thermals, "
+            f"The job waits for {where} in most steps, but {its} own step components{part} explain only "
+            f"{max(explained or 0.0, 0.0):.0%} of {its} lateness ({mean_late / 1e6:.2f} ms/step): {it} "
+            f"{'start their' if many else 'starts its'} steps late or {'leave' if many else 'leaves'} the "
+            "previous collective late. Look at what else runs on that host (CPU scheduling, logging, "
+            "other processes) before suspecting the hardware; shifting samples away will not help."
+        )
+    elif mode == "persistent_straggler":
+        rec = (
+            f"The job waits for {where} in most steps ({cause}). Check that hardware (thermals, "
             f"clocks, PCIe/NIC errors, noisy neighbours), drain or replace {it}, or shift samples away from "
             f"{it} (fabricpace pacing 'rebalance')."
         )
@@ -137,9 +179,89 @@ def _score(m: RunMetrics, rows: np.ndarray) -> float | None:
     return fleet / own if own > 0 else None
 
 
-def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> list[Finding]:
+def per_sample_finding(
+    m: RunMetrics, ps: per_sample.PerSampleScan, rows: np.ndarray, cfg: DiagnoseConfig
+) -> Finding | None:
+    """A straggler that pacing hid: slow per sample, with samples moved away (``per_sample``)."""
+    per_step = per_sample.saving_per_step(m, rows)
+    total = float(np.nansum(m.step_time))
+    saving = float(per_step.sum()) / total if total > 0 else 0.0
+    if saving < cfg.straggler_min_saving:
+        return None
+    conf, ci = block_bootstrap(per_step, m.step_time, cfg.straggler_min_saving, cfg)
+    ranks = [int(v) for v in m.ranks[rows]]
+    moves = per_sample.decisions(m.run.pacing)
+    said = []
+    per_rank = {}
+    for r, rank in zip(rows, ranks, strict=True):
+        first = per_sample.first_move(moves, rank)
+        where = f" (pacing.parquet step {first['step']})" if first else ""
+        said.append(
+            f"rank {rank}: {ps.ratio[r]:.1f}x the median compute per sample; pacing moved "
+            f"{ps.moved[r]:.0%} of its samples away{where}"
+        )
+        per_rank[str(rank)] = {
+            "compute_per_sample_ratio": float(ps.ratio[r]),
+            "samples_moved_share": float(ps.moved[r]),
+            "slower_per_sample_share_of_steps": float(ps.slower_share[r]),
+            "first_move_step": int(first["step"]) if first else None,
+        }
+    loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
+    where, many = _where(ranks, loc)
+    it = "them" if many else "it"
+    evidence: dict[str, Any] = {
+        "route": "compute per sample (pacing moved samples away, so arrivals no longer show it)",
+        "per_rank": per_rank,
+        "compute_per_sample_ratio": float(np.min(ps.ratio[rows])),
+        "samples_moved_share": float(np.min(ps.moved[rows])),
+        "pacing_decisions": len(moves),
+        "cause": "slower own compute (per sample)",
+        "shared_locality": loc,
+        "steps": m.n_steps,
+        "ranks": m.n_ranks,
+    }
+    rec = (
+        "; ".join(said)
+        + f". Pacing keeps the job from waiting for {where}, but {it} still "
+        f"{'cost' if many else 'costs'} about {100 * saving:.1f}% of step time against healthy hardware "
+        f"at equal shares. Check that hardware (thermals, clocks, PCIe/NIC errors, noisy neighbours), "
+        f"drain or replace {it}."
+    )
+    stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
+    return Finding(
+        mode="persistent_straggler",
+        run=m.path,
+        severity_pct=100 * saving,
+        severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+        confidence=conf,
+        culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks), stages=stages),
+        evidence=evidence,
+        what_if_saving_pct=100 * saving,
+        recommendation=rec,
+    )
+
+
+def detect(
+    m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig, ps: per_sample.PerSampleScan | None = None
+) -> list[Finding]:
+    """Arrival-based stragglers, and (``ps``) ranks slow per sample that pacing moved samples away
+    from; a rank found both ways gets one finding, with the per-sample evidence added."""
     rows, _ = split_by_cause(m, sc, cfg)
-    if rows.size == 0:
-        return []
-    f = culprit_finding(m, sc, rows, cfg, mode="persistent_straggler", threshold=cfg.straggler_min_saving)
-    return [f] if f else []
+    out: list[Finding] = []
+    if rows.size:
+        f = culprit_finding(m, sc, rows, cfg, mode="persistent_straggler", threshold=cfg.straggler_min_saving)
+        if f:
+            out.append(f)
+    if ps is not None and ps.culprit.any():
+        named_rows = rows if out else np.zeros(0, dtype=np.int64)
+        hidden = np.setdiff1d(np.flatnonzero(ps.culprit), named_rows)
+        both = np.intersect1d(np.flatnonzero(ps.culprit), named_rows)
+        if out and both.size:
+            out[0].evidence["compute_per_sample_ratio"] = {
+                str(int(m.ranks[r])): float(ps.ratio[r]) for r in both
+            }
+        if hidden.size:
+            f2 = per_sample_finding(m, ps, hidden, cfg)
+            if f2:
+                out.append(f2)
+    return out

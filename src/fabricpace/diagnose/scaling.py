@@ -77,33 +77,57 @@ def _row(m: RunMetrics) -> dict[str, Any]:
     }
 
 
-def analyse(metrics: list[RunMetrics]) -> tuple[dict[str, Any] | None, str | None]:
-    """(scaling dict, or None with the reason)."""
-    usable = [m for m in metrics if m.n_steps > 0 and m.n_ranks > 0]
+def analyse(
+    metrics: list[RunMetrics], left_out: dict[str, str] | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(scaling dict, or None with the reason). ``left_out``: path -> why, for runs the diagnosis
+    abstained on entirely (too few steps…): their numbers are not trusted for the comparison either.
+
+    No dominant loss unless a component grew from the smallest to the largest run, and no efficiency
+    across runs of different workloads or throughput units (samples/s against rank-steps/s): an
+    imported 2-rank trace and a 16-rank simulated run read "efficiency 1405%, dominant loss: data
+    loading" with every component shrinking (audit)."""
+    left_out = left_out or {}
+    usable = [m for m in metrics if m.n_steps > 0 and m.n_ranks > 0 and m.path not in left_out]
     sizes = {m.n_ranks for m in usable}
+    skipped = [f"{Path(p).name} left out of the scaling analysis: {why}" for p, why in left_out.items()]
     if len(usable) < 2:
-        return None, "scaling needs two or more usable runs"
+        return None, "scaling needs two or more usable runs" + (f" ({'; '.join(skipped)})" if skipped else "")
     if len(sizes) < 2:
         return None, "all runs have the same number of ranks; scaling needs different sizes"
     rows = sorted((_row(m) for m in usable), key=lambda r: (r["world_size"], r["path"]))
     base = rows[0]
+    workloads = {repr(sorted((m.run.manifest.workload or {}).items())) for m in usable}
+    units = {r["throughput_unit"] for r in rows}
+    notes = list(skipped)
+    comparable = True
+    if len(workloads) > 1:
+        notes.append(
+            "runs have different manifest workloads: efficiency and the dominant loss are not computed "
+            "(they compare one workload at several sizes)"
+        )
+        comparable = False
+    if len(units) > 1:
+        notes.append(
+            "some runs lack samples: throughput mixes samples/s and rank-steps/s, so efficiency is not "
+            "computed"
+        )
+        comparable = False
     per_rank0 = base["throughput"] / base["world_size"]
     for r in rows:
-        r["efficiency"] = (r["throughput"] / r["world_size"]) / per_rank0 if per_rank0 > 0 else float("nan")
-    workloads = {repr(sorted(m.run.manifest.workload.items())) for m in usable}
-    units = {r["throughput_unit"] for r in rows}
+        r["efficiency"] = (
+            (r["throughput"] / r["world_size"]) / per_rank0 if comparable and per_rank0 > 0 else None
+        )
     last = rows[-1]
     growth = {
         k: last[k] - base[k]
         for k in ("compute_ms", "data_ms", "skew_ms", "exposed_comm_ms")
         if np.isfinite(last[k]) and np.isfinite(base[k])
     }
-    dominant = max(growth, key=lambda k: growth[k]) if growth else None
-    notes = []
-    if len(workloads) > 1:
-        notes.append("runs have different manifest workloads; compare with care")
-    if len(units) > 1:
-        notes.append("some runs lack samples; throughput mixes samples/s and rank-steps/s")
+    grew = {k: v for k, v in growth.items() if v > 0}
+    dominant = max(grew, key=lambda k: grew[k]) if grew and comparable else None
+    if comparable and growth and not grew:
+        notes.append("no component of the step grew from the smallest to the largest run: no dominant loss")
     for r in rows:
         if r["work_over_step_steps"]:
             notes.append(

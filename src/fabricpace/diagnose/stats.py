@@ -106,6 +106,16 @@ def block_bootstrap(
     return float(np.mean(shares >= threshold)), (float(lo), float(hi))
 
 
+def sample_size_confidence(conf: float, n_steps: int, cfg: DiagnoseConfig) -> float:
+    """Cap a bootstrap confidence by what the run's length can show. Steps are autocorrelated; the
+    bootstrap treats blocks of ``bootstrap_block`` steps as independent, so a run holds
+    B = steps / block independent observations. After B of B agree, Laplace's rule of succession gives
+    (B + 1) / (B + 2): 9 steps → 0.66, 54 → 0.86, 140 → 0.94, 1,000 → 0.99. Before, a 10-step real
+    run got a finding at confidence 0.99 from 9 usable steps, as sure as one from 1,000."""
+    b = n_steps / max(cfg.bootstrap_block, 1)
+    return float(min(conf, (b + 1.0) / (b + 2.0)))
+
+
 def binomial_z(count: np.ndarray, n: int, p0: float) -> np.ndarray:
     """z-score of counts against a Binomial(n, p0) (normal approximation)."""
     if n <= 0 or p0 <= 0 or p0 >= 1:
