@@ -37,9 +37,13 @@ class RunSummary:
     cv: float
     instances: int
     median_skew_ms: float | None
-    skew_share: float | None  # mean skew wait per rank-step (overlaps counted once) / mean step time
+    skew_share: float | None  # mean skew wait per rank-step (overlaps once, ≤ wait_ns) / mean step time
     top_last_arriver: int | None
     top_last_share: float | None
+    # The node whose ranks arrive last most often, when the run spans nodes and that node is last
+    # more often than its share of the ranks would make it (a whole slow node; None otherwise).
+    top_last_node: int | None = None
+    top_last_node_share: float | None = None
 
 
 def rank_ids(run: RunData) -> list[int]:
@@ -250,6 +254,45 @@ def heatmap_matrices(
     return ranks, steps[::per_col], out, per_col
 
 
+def blocked_wait(d: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
+    """rank, step, skew_wait_ns: the union of a rank-step's skew-wait intervals, capped by the time the
+    steps table says the rank was blocked (``wait_ns``) where it has one. DDP launches ~200 buckets a
+    step about 1 ms apart, each waiting 12–20 ms for its last arrival: their union spans the whole
+    backward pass (62% of a 2-node paper-scenario step whose recorded wait was 5%), not time blocked."""
+    j = d.select("rank", "step", *(["wait_ns"] if "wait_ns" in d.columns else [])).join(
+        waits, on=["rank", "step"], how="left"
+    )
+    sw = pl.col("skew_wait_ns").fill_null(0).cast(pl.Float64)
+    if "wait_ns" in j.columns:
+        sw = pl.when(pl.col("wait_ns").is_null()).then(sw).otherwise(
+            pl.min_horizontal(sw, pl.col("wait_ns").cast(pl.Float64).clip(lower_bound=0))
+        )
+    return j.select("rank", "step", sw.alias("skew_wait_ns"))
+
+
+def last_arriver_node(inst: pl.DataFrame, run: RunData) -> tuple[int, float] | None:
+    """(node, share of instances with skew whose last arriver sits on it) for the node that is last
+    most often — when the run spans several nodes and that node is last in at least 1.5× its share of
+    the ranks (a slow node spreads "last" over its ranks, so no single rank stands out)."""
+    info = run.ranks
+    if info.height == 0 or "node" not in info.columns or info["node"].drop_nulls().n_unique() < 2:
+        return None
+    with_skew = inst.filter(pl.col("skew_ns") > 0).select(pl.col("last_rank").cast(pl.Int64).alias("rank"))
+    if with_skew.height == 0:
+        return None
+    nodes = info.select(pl.col("rank").cast(pl.Int64), pl.col("node").cast(pl.Int64)).drop_nulls()
+    counts = (
+        with_skew.join(nodes, on="rank", how="inner").group_by("node").agg(pl.len().alias("n"))
+        .sort(["n", "node"], descending=[True, False])
+    )
+    if counts.height == 0:
+        return None
+    node, n = counts.row(0)
+    share = n / with_skew.height
+    expected = nodes.filter(pl.col("node") == node).height / max(nodes.height, 1)
+    return (int(node), float(share)) if share >= 1.5 * expected else None
+
+
 def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> RunSummary:
     """The run table row: step statistics, arrival skew and the most frequent last arriver."""
     sync = synchronized_step_ns(run)["step_ns"].to_numpy()
@@ -261,11 +304,12 @@ def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> 
     d = step_durations(run)
     skew_share = None
     if w.height and d.height:
-        mean_wait = float(w["skew_wait_ns"].to_numpy().sum()) / max(d.height, 1)
+        mean_wait = float(blocked_wait(d, w)["skew_wait_ns"].sum()) / max(d.height, 1)
         skew_share = mean_wait / max(float(np.mean(sync)), 1.0)
     top = None
     if share is not None and share["count"].sum():
         top = share.sort(["share", "rank"], descending=[True, False]).row(0, named=True)
+    node = last_arriver_node(inst, run) if inst.height else None
     return RunSummary(
         name=name,
         source=run.manifest.source,
@@ -280,6 +324,8 @@ def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> 
         skew_share=skew_share,
         top_last_arriver=int(top["rank"]) if top else None,
         top_last_share=float(top["share"]) if top else None,
+        top_last_node=node[0] if node else None,
+        top_last_node_share=node[1] if node else None,
     )
 
 

@@ -71,6 +71,8 @@ def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
     rows = []
     for s in summaries:
         last = "–" if s.top_last_arriver is None else f"rank {s.top_last_arriver} ({s.top_last_share:.0%})"
+        if s.top_last_node is not None and s.top_last_node_share is not None:
+            last = f"node {s.top_last_node} ({s.top_last_node_share:.0%}); " + last
         cells = [
             f"<td>{_esc(s.name)}</td>", f"<td>{_esc(s.source)}</td>",
             f'<td class="num">{s.world_size}</td>', f'<td class="num">{s.nodes}</td>',
@@ -182,6 +184,31 @@ def _fig_html(fig: go.Figure, div_id: str) -> str:
                        config={"displaylogo": False, "responsive": True})
 
 
+def pacing_html(pacing: pl.DataFrame) -> str:
+    """The pacing controller's decisions (pacing.parquet): step, rank, policy, action, reason; '' when
+    pacing decided nothing. A run paced with ``auto`` can look healthy in the arrivals because the
+    controller moved samples away from a slow rank: the reader must see that it did."""
+    if pacing.height == 0:
+        return ""
+    cols = [c for c in ("step", "rank", "policy", "action", "reason") if c in pacing.columns]
+    rows = []
+    for r in pacing.sort("step", maintain_order=True).iter_rows(named=True):
+        cells = []
+        for c in cols:
+            v = r[c]
+            text = "all" if c == "rank" and v == -1 else _fmt(v)
+            cls = ' class="num"' if c in ("step", "rank") else ""
+            cells.append(f"<td{cls}>{_esc(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    head = "<tr>" + "".join(f"<th>{_esc(c)}</th>" for c in cols) + "</tr>"
+    return (
+        f"<h3>Pacing decisions ({pacing.height})</h3>"
+        '<div class="meta">From pacing.parquet: what the pacing controller changed during the run. '
+        "Samples moved away from a rank hide it from arrival times, not from its compute per sample."
+        '</div><table class="pacing">' + head + "".join(rows) + "</table>"
+    )
+
+
 def _run_sections(
     name: str, run: RunData, stats: rd.CollectiveStats, idx: int, steps: tuple[int, int] | None
 ) -> list[str]:
@@ -190,6 +217,9 @@ def _run_sections(
     out = [f"<h2>Run {_esc(name)}</h2>"]
     for w in run.warnings:
         out.append(f'<div class="note">{_esc(w)}</div>')
+    paced = pacing_html(run.pacing)
+    if paced:
+        out.append(paced)
     if run.steps.height == 0:
         out.append('<div class="note">This run has no step rows: nothing to draw.</div>')
         return out
@@ -246,10 +276,13 @@ def render_report(
         raise InputError("report: pass at least one run directory")
     paths = [Path(p) for p in run_dirs]
     # The collectives table is the big one: never loaded whole, streamed into small summaries.
-    runs = [load_run(p, tables=("ranks", "steps")) for p in paths]
+    runs = [load_run(p, tables=("ranks", "steps", "pacing")) for p in paths]
     names = _names(paths)
     diag, note = _diagnose(paths, cluster, progress) if findings else (None, "run without --findings")
     stats = [_stats(run, name, progress) for name, run in zip(names, runs, strict=True)]
+    # The warnings are in the HTML too, but a damaged run must not pass silently on the terminal.
+    for w in dict.fromkeys(w for run in runs for w in run.warnings):
+        print(f"fabricpace: warning: {w}", file=sys.stderr)
     summaries = [rd.summarize(r, n, st) for n, r, st in zip(names, runs, stats, strict=True)]
     body = [
         "<h1>fabricpace report</h1>",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -89,6 +90,13 @@ def export_perfetto(
     # instances kept whole, so a run of any size exports in bounded memory.
     run = load_run(run_dir, tables=("ranks", "steps", "ops") if ops else ("ranks", "steps"))
     table = StepChunks(run_dir)
+    seen = list(table.warnings)
+    for w in dict.fromkeys([*run.warnings, *seen]):
+        print(f"fabricpace: warning: {w}", file=sys.stderr)
+    if run.steps.height == 0:
+        raise InputError(
+            f"{run_dir}: no step rows to export (steps/ missing, empty or unreadable); nothing was written"
+        )
     s, o = run.steps, run.ops
     chunks: Iterable[pl.DataFrame]
     if steps is not None:
@@ -109,6 +117,8 @@ def export_perfetto(
             first = _write_events(fh, _step_events(s.sort(["rank", "step"])), first)
             for c in chunks:
                 first = _write_events(fh, _collective_events(c), first)
+            for w in table.warnings[len(seen):]:  # chunks found unreadable while reading them
+                print(f"fabricpace: warning: {w}", file=sys.stderr)
             if ops:
                 _write_events(fh, _op_events(o), first)
             fh.write("\n]}\n")

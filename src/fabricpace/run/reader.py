@@ -48,6 +48,69 @@ def _empty(name: str) -> pl.DataFrame:
     return pl.DataFrame(pl.from_arrow(plain.empty_table()))
 
 
+# Columns without which a table means nothing: a file that lacks one was written by another version
+# or edited (the audit renamed steps.t_start_ns and dropped collectives.t_exit_ns: polars tracebacks
+# deep inside diagnose, report and export). Other contract columns may be absent (read as null).
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "ranks": ("rank",),
+    "steps": ("rank", "step", "t_start_ns", "t_end_ns"),
+    "collectives": ("rank", "step", "seq", "group", "t_enter_ns", "t_exit_ns"),
+    "ops": ("rank", "step", "op"),
+    "pacing": ("step", "policy", "action"),
+}
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_null(t):
+        return "null"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    return str(t)
+
+
+def check_schema(file: Path, schema: pa.Schema, name: str) -> None:
+    """Raise RunDirError (one line: the file, the column, the fix) when a file of table ``name`` lacks a
+    required column or holds a contract column of the wrong kind (a step stored as text)."""
+    contract, _ = TABLES[name]
+    fix = "(written by another fabricpace version, or edited?); re-create the run"
+    for col in REQUIRED[name]:
+        if col not in schema.names:
+            raise RunDirError(f"{file}: column {col} missing {fix}")
+    for f in contract:
+        if f.name not in schema.names:
+            continue
+        want, got = _kind(f.type), _kind(schema.field(f.name).type)
+        # integers where floats are expected are fine; null columns are fine anywhere
+        if got != want and got != "null" and not (want == "float" and got == "integer"):
+            got_type = schema.field(f.name).type
+            raise RunDirError(f"{file}: column {f.name} is {got_type}, expected {want} {fix}")
+
+
+def part_files(folder: Path, warnings: list[str]) -> list[Path]:
+    """``folder/*/part-*.parquet``, sorted; a folder that cannot be listed becomes a warning (a plain
+    glob returns nothing for it, and an unreadable collectives/ read as "no collectives recorded")."""
+    if not folder.is_dir():
+        return []
+    files: list[Path] = []
+    try:
+        subs = [p for p in folder.iterdir() if p.is_dir()]
+    except OSError as exc:
+        warnings.append(f"{folder}: unreadable folder skipped ({exc.strerror or exc})")
+        return []
+    for sub in subs:
+        try:
+            files += [f for f in sub.iterdir() if f.name.startswith("part-") and f.name.endswith(".parquet")]
+        except OSError as exc:
+            warnings.append(f"{sub}: unreadable folder skipped ({exc.strerror or exc})")
+    return sorted(files)
+
+
 def _read_parts(
     files: list[Path], name: str, warnings: list[str], step_range: tuple[int, int] | None = None
 ) -> pl.DataFrame:
@@ -60,6 +123,7 @@ def _read_parts(
     )
     for f in files:
         try:
+            check_schema(f, pq.read_schema(f), name)
             t = pq.read_table(f, filters=filters)
         except (OSError, pa.ArrowInvalid) as exc:
             warnings.append(f"{f}: unreadable chunk skipped ({exc})")
@@ -102,8 +166,7 @@ def load_run(
             frames[name] = _empty(name)
             continue
         if chunked:
-            folder = path / name
-            files = sorted(folder.glob("*/part-*.parquet")) if folder.is_dir() else []
+            files = part_files(path / name, warnings)
         else:
             single = path / f"{name}.parquet"
             files = [single] if single.is_file() else []
@@ -206,11 +269,11 @@ class StepChunks:
         self.warnings: list[str] = []
         self.pieces: list[_Piece] = []
         self._names: dict[Path, tuple[str, ...]] = {}
-        folder = self.path / table
-        files = sorted(folder.glob("*/part-*.parquet")) if folder.is_dir() else []
+        files = part_files(self.path / table, self.warnings)
         for f in files:
             try:
                 pf = pq.ParquetFile(f)
+                check_schema(f, pf.schema_arrow, table)
                 paths = [pf.metadata.schema.column(i).path for i in range(pf.metadata.num_columns)]
                 self._names[f] = tuple(pf.schema_arrow.names)
                 col = paths.index("step") if "step" in paths else -1
