@@ -284,3 +284,17 @@ def test_an_explicit_run_dir_that_differs_from_the_launchers_is_named(tmp_path, 
     with observe(None, None, config=CFG) as obs:
         _train(obs, 2)
     assert obs.run_dir == tmp_path / "launcher" and not caplog.records
+
+
+def test_a_step_ended_by_the_users_own_error_is_written_one_ended_by_torchs_is_not(tmp_path):
+    with observe(None, tmp_path / "r", config=CFG) as obs:
+        for i, err in enumerate([None, ValueError("bad batch"), None, RuntimeError("peer gone"), None]):
+            try:
+                with obs.step(samples=2):
+                    if err is not None:
+                        raise err
+            except (ValueError, RuntimeError):
+                pass
+    data = fabricpace.load_run(obs.run_dir)
+    assert data.steps["step"].to_list() == [0, 1, 2, 4] and obs.failed_steps == [3]
+    assert data.manifest.extra["failed_steps"] == [3] and data.manifest.complete

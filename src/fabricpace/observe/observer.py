@@ -108,7 +108,7 @@ class Observer:
         self._window_log: WindowLog | None = None
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
-        self.failed_steps: list[int] = []  # steps that raised (not written as steps; first 100)
+        self.failed_steps: list[int] = []  # steps ended by torch's errors or interrupts (first 100)
         self._data_ns = 0
         self._data_events = False
         self._gc_ns = 0
@@ -437,13 +437,29 @@ class Observer:
             nxt = min(nxt, self._gather_due)
         self._next_event = max(nxt, n + 1)
 
-    def _end_failed_step(self) -> None:
-        """The user's step raised. It is not written as a step: its time is not a step's (a peer that
-        died leaves this rank blocked until the transport gives up, seconds that the split would call
-        compute, as no backward ended), and one such row skewed every step statistic of the run. It
-        is counted (``failed_steps``; rank 0's go to the manifest). No window gather starts now —
-        the peers may never reach it (they wait in the user's collective for this rank), and close()
-        would then block in it for gather_timeout_s; the next step that ends normally runs it."""
+    def _end_failed_step(self, exc_type: Any = None) -> None:
+        """The user's step raised. No window gather starts now — the peers may never reach it (they
+        wait in the user's collective for this rank), and close() would then block in it for
+        gather_timeout_s; the next step that ends normally runs it.
+
+        Whether the step is written depends on what ended it. The user's own exceptions (ValueError,
+        a failed log call, ...) are often raised after the step did all its work, so it is written as
+        before. torch's errors (RuntimeError and its subclasses: a collective that failed because a
+        peer died, out of memory) and interrupts end a step that did not complete: its time is not a
+        step's (blocked until the transport gave up, seconds the split calls compute as no backward
+        ended), and such a row skewed every step statistic of the run. It is counted instead
+        (``failed_steps``; rank 0's go to the manifest) and its collectives leave no rows."""
+        if isinstance(exc_type, type) and (issubclass(exc_type, RuntimeError)
+                                           or not issubclass(exc_type, Exception)):
+            self._drop_failed_step()
+            return
+        nxt, self._next_event = self._next_event, 1 << 62
+        try:
+            self._end_step()
+        finally:
+            self._next_event = nxt
+
+    def _drop_failed_step(self) -> None:
         if self.closed:
             return
         if len(self.failed_steps) < 100:

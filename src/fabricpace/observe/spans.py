@@ -28,7 +28,7 @@ class StepContext:
         if exc_type is None:
             self.obs._end_step()
         else:
-            self.obs._end_failed_step()
+            self.obs._end_failed_step(exc_type)
 
 
 class Span:
