@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# The CPU wheel of torch is pinned here: an unpinned torch pulls a multi-GB CUDA build.
+	# torch is pinned to one version; whether pip takes its CPU or CUDA build depends on the index it
+	# is configured with (README, "Install": the CPU index URL for a machine without a GPU).
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[torch,dev]'
 	touch $(STAMP)

@@ -30,6 +30,7 @@ Run: ``.venv/bin/python benchmarks/collective_accuracy.py`` (a few seconds).
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,6 +209,9 @@ def nvls_tree_slopes(ds: Dataset, fit_cluster: Cluster) -> list[str]:
 
 
 def main() -> None:
+    # No options: --help prints what it measures instead of running it.
+    fmt = argparse.RawDescriptionHelpFormatter
+    argparse.ArgumentParser(description=__doc__, formatter_class=fmt).parse_args()
     sets = datasets()
     scores: list[Scored] = []
     for ds in sets:
