@@ -18,7 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fabricpace._errors import ConfigError
+from fabricpace._errors import ConfigError, InputError
+from fabricpace._yaml import first_error, load_yaml_text, read_text, unknown_key_hint
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "clusters"
 
@@ -59,7 +60,7 @@ class Network(BaseModel):
     spines: int = Field(default=16, ge=1)
     oversubscription: float = Field(default=1.0, ge=1.0)
     routing: Literal["ecmp", "spray", "adaptive"] = "ecmp"
-    ecmp_seed: int = 0
+    ecmp_seed: int = Field(default=0, ge=0)
     qps_per_connection: int = Field(default=1, ge=1, le=16)
     hop_latency_us: float = Field(default=0.6, ge=0)
     nic_latency_us: float = Field(default=2.0, ge=0)
@@ -186,9 +187,16 @@ def cluster_from_dict(data: Any, *, where: str) -> Cluster:
     try:
         return Cluster.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = _field_path(tuple(err.get("loc", ())))
+        err = first_error(exc)  # a misspelt key first: it also makes the real key "missing"
+        loc = tuple(err.get("loc", ()))
+        field = _field_path(loc)
         msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            hint = unknown_key_hint(Cluster, loc).strip(" ()")
+            raise ConfigError(
+                f"{where}: field {field}: {msg} (an unknown key{'; ' + hint if hint else ''}); fix the "
+                "spelling or remove it (see docs/cluster-files.md)"
+            ) from exc
         got = err.get("input")
         got_txt = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
         raise ConfigError(
@@ -211,12 +219,9 @@ def load_cluster(name_or_path: str | Path) -> Cluster:
         )
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; give a cluster YAML file or a preset name")
+    raw = read_text(path, what="cluster file")
     try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc}); give a readable UTF-8 YAML file") from exc
-    try:
-        data = yaml.safe_load(raw)
+        data = load_yaml_text(raw, source=str(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -228,7 +233,13 @@ def load_cluster(name_or_path: str | Path) -> Cluster:
 def save_cluster(cluster: Cluster, path: str | Path) -> Path:
     """Write ``cluster`` as a YAML file atomically (temp file + rename); never half-written."""
     target = Path(path)
+    if not target.parent.is_dir():
+        what = "is a file, not a folder" if target.parent.exists() else "folder does not exist"
+        raise InputError(f"{target}: {target.parent} {what}; create the folder or choose another path")
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(cluster.to_yaml(), encoding="utf-8")
-    tmp.replace(target)
+    try:
+        tmp.write_text(cluster.to_yaml(), encoding="utf-8")
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target

@@ -21,10 +21,18 @@ from fabricpace._errors import ConfigError
 from fabricpace.sim._config import presets, read_yaml, resolve, validate
 
 MiB = 1024 * 1024
+# Bounds that keep a simulation finite and its times exact (the simulator keeps int64 nanoseconds):
+# a 1T-parameter model in bf16 with 25 MiB buckets has ~80,000 buckets; a million took 10 s for 5 steps
+# of 2 nodes, 25 million ran for minutes without end. A training step of more than a day is a unit
+# mistake (tflops given in FLOP/s, seconds in ms), and a month of such steps fills int64 nanoseconds.
+MAX_BUCKETS = 1_000_000
+MAX_PARAMETERS = 1e15
+MAX_STEP_S = 86_400.0
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: 'tflops: .inf' made compute time 0 and 'bucket_mb: .inf' an OverflowError
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ComputeSpec(_Strict):
@@ -183,4 +191,47 @@ def load_workload(name_or_path: str | Path | Workload) -> Workload:
     p = spec.parallelism
     if p.pp > 1 and p.microbatches < p.pp:
         raise ConfigError(f"{source}: field 'parallelism.microbatches': must be at least pp ({p.pp})")
-    return Workload(spec=spec, source=source)
+    workload = Workload(spec=spec, source=source)
+    _check_bounds(workload)
+    return workload
+
+
+def _check_bounds(w: Workload) -> None:
+    """Refuse values the simulator cannot run in finite time or represent (one line naming the field).
+
+    Before: ``bucket_mb: 0.0001`` (25 million buckets) ran for minutes with no end, ``parameters: 1e18``
+    ended in a MemoryError traceback and ``tflops: 1e-9`` printed NaN throughput with exit code 0."""
+    spec, source = w.spec, w.source
+    if spec.parameters > MAX_PARAMETERS:
+        raise ConfigError(
+            f"{source}: field 'parameters': {spec.parameters:.3g} is more than {MAX_PARAMETERS:.0e}; "
+            "give the model's trainable parameters (e.g. 1.3e9)"
+        )
+    p = spec.parallelism
+    rest = max(w.grad_bytes_per_gpu - int(p.first_bucket_mb * MiB), 0)
+    cap = max(int(p.bucket_mb * MiB), 1)
+    n_buckets = 1 + -(-rest // cap)
+    if n_buckets > MAX_BUCKETS:
+        need = rest / (MAX_BUCKETS - 1) / MiB
+        raise ConfigError(
+            f"{source}: field 'parallelism.bucket_mb': {p.bucket_mb:g} MiB cuts "
+            f"{w.grad_bytes_per_gpu / MiB:,.0f} MiB of gradients into {n_buckets:,} buckets (at most "
+            f"{MAX_BUCKETS:,}); use at least {need:.3g} MiB (PyTorch's default is 25)"
+        )
+    c = spec.compute
+    how = (
+        "compute.seconds"
+        if c.seconds is not None
+        else "compute.flops_per_sample x batch_per_gpu / compute.tflops (TFLOP/s, e.g. 150)"
+    )
+    parts = {
+        "compute": (w.compute_s * w.pipeline_factor(), how),
+        "optimizer_seconds": (spec.optimizer_seconds, "optimizer_seconds"),
+        "data_seconds": (spec.data_seconds, "data_seconds"),
+    }
+    for field, (seconds, what) in parts.items():
+        if not seconds <= MAX_STEP_S:  # also NaN
+            raise ConfigError(
+                f"{source}: field '{field}': {seconds:.3g} s per step from {what}; at most "
+                f"{MAX_STEP_S:,.0f} s (a day) per step: check the units"
+            )
