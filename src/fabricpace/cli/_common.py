@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,14 @@ def check_format(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def count(n: int | None, noun: str) -> str:
-    """'1 rank', '4 ranks', '? ranks' (unknown): counts in text output read as English."""
+def count(n: int | None, noun: str, plural: str | None = None) -> str:
+    """'1 rank', '4 ranks', '? ranks' (unknown): counts in text output read as English.
+
+    ``plural`` for nouns that do not just take an s: ``count(2, "leaf", "leaves")``."""
+    many = plural if plural is not None else noun + "s"
     if n is None:
-        return f"? {noun}s"
-    return f"{n} {noun if n == 1 else noun + 's'}"
+        return f"? {many}"
+    return f"{n} {noun if n == 1 else many}"
 
 
 def check_output_path(path: Path, *, option: str) -> None:
@@ -80,6 +84,31 @@ def check_output_path(path: Path, *, option: str) -> None:
             if not parent.is_dir():
                 raise InputError(f"{option} {path}: {parent} is a file, not a folder; choose another path")
             return
+
+
+def check_writable(path: Path, *, option: str, creates_folders: bool, example: str | None = None) -> None:
+    """Refuse, before any work, an output the command could not write: a file where a folder must be,
+    a missing folder (``creates_folders=False``: the command does not create it) or a folder the user
+    may not write in (permissions, a read-only filesystem).
+
+    ``report -o ro/r.html`` and ``--save-calibration nodir/fit.yaml`` used to fail with a
+    PermissionError / FileNotFoundError traceback (exit 1) when the file was written, after all the work.
+    The folder the output goes into is checked: the output itself when it is an existing folder (an
+    empty ``--out`` run directory), else the nearest folder above it that exists.
+    """
+    check_output_path(path, option=option)
+    label = f"{option} {path}"
+    if path.is_dir() and example is not None:
+        raise InputError(f"{label}: is a folder; pass a file name such as {example}")
+    if not creates_folders and not path.parent.is_dir():
+        raise InputError(f"{label}: folder {path.parent} does not exist; create it first")
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), None)
+    if folder is None:  # only a relative path with nothing above it: the working folder
+        folder = Path(".")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(
+            f"{label}: cannot write in {folder} (permission denied or read-only); choose another folder"
+        )
 
 
 def require_torch(what: str) -> None:

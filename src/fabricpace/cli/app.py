@@ -6,7 +6,10 @@ no traceback; 1 anything else.
 
 from __future__ import annotations
 
+import errno
+import re
 import sys
+from pathlib import Path
 
 import typer
 
@@ -82,6 +85,19 @@ def _usage_message(exc: Exception) -> str:
     return f"{verb + ': ' if verb else ''}{text.rstrip('.')}; see '{path} --help'"
 
 
+def _os_error_message(exc: OSError) -> str:
+    """'ro/r.html: cannot write (Permission denied); choose another path or fix its permissions'. A
+    temporary file fabricpace writes next to an output ('.r.html.1678.tmp') is named as that output."""
+    path = Path(str(exc.filename))
+    shown = path.with_name(re.sub(r"^\.(.+?)(\.\d+)?\.tmp$", r"\1", path.name))
+    reason = exc.strerror or type(exc).__name__
+    if isinstance(exc, FileNotFoundError):
+        return f"{shown}: {reason.lower()}; check the path (its folder must exist)"
+    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
+        return f"{shown}: cannot write ({reason.lower()}); free some space or choose another folder"
+    return f"{shown}: {reason.lower()}; choose another path or fix its permissions"
+
+
 def main() -> None:
     """Run the CLI with fabricpace's exit-code contract."""
     try:
@@ -102,6 +118,17 @@ def main() -> None:
         # A path the user gave has a file where a folder must be (--out notes.txt/run); commands check
         # their outputs up front, this catches the rest (e.g. a verb that creates folders as it goes).
         _fail(2, f"{exc.filename}: a part of this path is a file, not a folder; choose another path")
+    except (PermissionError, FileNotFoundError) as exc:
+        # Commands check their outputs' folders up front (cli._common.check_writable); this catches a
+        # folder that changed while the command ran, or a path no check foresaw: one line, not a
+        # traceback. A file the user named is bad input like any other.
+        if exc.filename is None:
+            raise
+        _fail(2, _os_error_message(exc))
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.ENOSPC, errno.EDQUOT) or exc.filename is None:
+            raise
+        _fail(2 if exc.errno == errno.EROFS else 1, _os_error_message(exc))
     except KeyboardInterrupt:
         _fail(130, "interrupted")
     else:

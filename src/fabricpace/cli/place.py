@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, check_output_path, parse_size
+from fabricpace.cli._common import check_format, check_writable, count, parse_size
 
 _FIELD = re.compile(r"^(slots|max_slots|node)=(\d+)$")
 _LEAF = re.compile(r"^leaf=([^\s=]+)$")  # a number or a switch name (ib-leaf-07): only equality matters
@@ -49,7 +49,12 @@ class Host:
 def parse_hosts(path: Path) -> list[Host]:
     """Read a hosts file; InputError naming file:line for anything it cannot read."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); give a hosts file with one "
+            "'HOST [slots=N] [leaf=L]' per line"
+        ) from exc
     except OSError as exc:
         raise InputError(f"{path}: cannot read the hosts file ({exc.strerror or exc})") from exc
     hosts: list[Host] = []
@@ -138,9 +143,7 @@ def register(app: typer.Typer) -> None:
         if out is not None and out.exists():
             raise InputError(f"--out {out}: file exists; choose a new name (fabricpace never overwrites it)")
         if out is not None:
-            check_output_path(out, option="--out")
-            if not out.parent.is_dir():
-                raise InputError(f"--out {out}: folder {out.parent} does not exist; create it first")
+            check_writable(out, option="--out", creates_folders=False)
         cl = load_cluster(cluster)
         items = parse_hosts(hosts)
         leaves = host_leaves(items, cl, hosts)
@@ -176,7 +179,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         con = Console(soft_wrap=True, highlight=False, markup=False)  # paths and names as given: no markup
-        con.print(f"cluster {cl.name}: {len(items)} hosts on {len(set(leaves))} leaves")
+        n_leaves = count(len(set(leaves)), "leaf", "leaves")
+        con.print(f"cluster {cl.name}: {count(len(items), 'host')} on {n_leaves}")
         if from_positions:
             con.print(
                 f"{hosts}: no host says node=K or leaf=L, so host i is taken to be node i of the cluster "

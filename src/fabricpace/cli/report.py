@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, check_output_path, count, stderr_progress
+from fabricpace.cli._common import check_format, check_writable, count, stderr_progress
 
 
 @contextmanager
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Import traces from other tools into a fabricpace run directory."""
         check_format(output_format, ("text", "json"))
-        check_output_path(out, option="--out")
+        check_writable(out, option="--out", creates_folders=True)
         if gpus_per_node is not None and gpus_per_node <= 0:
             raise InputError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
         if fmt == "kineto":
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         """Write a Chrome trace JSON (Perfetto / chrome://tracing): one process per rank."""
         from fabricpace.report.perfetto import export_perfetto
 
-        check_output_path(out, option="--out")
+        check_writable(out, option="--out", creates_folders=False)
         path = export_perfetto(run_dir, out, steps=_parse_steps(steps), ops=ops)
         print(f"wrote {path}", file=sys.stderr)
 
@@ -155,7 +155,7 @@ def register(app: typer.Typer) -> None:
         """Write one self-contained offline HTML report for the run(s)."""
         from fabricpace.report.html import write_report
 
-        check_output_path(out, option="--out")
+        check_writable(out, option="--out", creates_folders=False)
         with stderr_progress() as bar:
             task = bar.add_task("report", total=None)
 
