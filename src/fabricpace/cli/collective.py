@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, parse_int_list, parse_size_list
+from fabricpace.cli._common import check_format, check_writable, parse_int_list, parse_size_list
 
 if TYPE_CHECKING:
     from fabricpace.fabric.nccl_tests import NcclTestsLog
@@ -81,10 +81,22 @@ def register(app: typer.Typer) -> None:
         from fabricpace.fabric import collective_time, load_cluster
 
         check_format(fmt, ("table", "json", "csv"))
+        if seed is not None and seed < 0:
+            raise InputError(f"--seed {seed}: must be 0 or more (the ECMP hashing seed)")
+        # Outputs are checked before the fit and the predictions, not when they are written after them.
         if plot is not None:
             from fabricpace.report.output import check_new_file
 
+            check_writable(plot, option="--plot", creates_folders=False, example="busbw.html")
             plot = check_new_file(plot, "busbw.html")
+        if save_calibration is not None:
+            if not calibrate and not ctx.args:
+                raise InputError("--save-calibration needs --calibrate LOG (the nccl-tests logs to fit)")
+            if save_calibration.exists() or save_calibration.is_symlink():
+                raise InputError(f"--save-calibration {save_calibration}: exists; choose a new file name")
+            check_writable(
+                save_calibration, option="--save-calibration", creates_folders=False, example="fit.yaml"
+            )
         if ctx.args:
             if not calibrate:
                 raise InputError(
@@ -97,6 +109,11 @@ def register(app: typer.Typer) -> None:
             node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
         else:
             node_list = parse_int_list(nodes, option="--nodes")
+            twice = sorted({n for n in node_list if node_list.count(n) > 1})
+            if twice:
+                raise InputError(
+                    f"--nodes {nodes}: node count {twice[0]} is given twice; give each node count once"
+                )
             too_big = [n for n in node_list if n > cl.nodes]
             if too_big:
                 raise InputError(
@@ -111,7 +128,7 @@ def register(app: typer.Typer) -> None:
             from fabricpace.fabric.calibrate import calibrate_cluster
 
             logs = [p for item in calibrate for p in item.split(",") if p.strip()]
-            fit = calibrate_cluster(cl, logs, op=op)
+            fit = calibrate_cluster(cl, _with_op(logs, op), op=op)
             print(fit.summary(), file=sys.stderr)
             for note in fit.notes(cl):
                 print(note, file=sys.stderr)
@@ -139,7 +156,7 @@ def register(app: typer.Typer) -> None:
             if save_calibration is not None:
                 from fabricpace.fabric.cluster import save_cluster
 
-                if save_calibration.exists():
+                if save_calibration.exists():  # created while the fit ran
                     raise InputError(f"--save-calibration {save_calibration}: exists; choose a new file name")
                 save_cluster(cl, save_calibration)
                 print(f"calibrated cluster written to {save_calibration}", file=sys.stderr)
@@ -238,6 +255,28 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         for e in explains:
             console.print(e["text"])
+
+
+def _with_op(paths: list[str], op: str) -> list[NcclTestsLog]:
+    """The calibration logs, parsed; a log that does not name its collective (no '*_perf' command line,
+    and a file name without it, as in the README's ``n2.log``) is taken to be of ``op`` (--op, or its
+    default all_reduce), with a note on stderr, instead of being refused."""
+    from dataclasses import replace
+
+    from fabricpace.fabric.nccl_tests_runs import parse_logs
+
+    out: list[NcclTestsLog] = []
+    for p in paths:
+        for log in parse_logs(p):
+            if log.op is None:
+                print(
+                    f"note: {log.name}: the log does not name its collective (no '*_perf' line, and the "
+                    f"file name does not say); taken as {op} (--op)",
+                    file=sys.stderr,
+                )
+                log = replace(log, op=op)
+            out.append(log)
+    return out
 
 
 def _extrapolation_note(node_list: list[int], fitted: tuple[int, ...]) -> str | None:
