@@ -4,17 +4,59 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, parse_int_list, require_torch, stderr_progress
+from fabricpace.cli._common import (
+    check_format,
+    check_writable,
+    count,
+    parse_int_list,
+    require_torch,
+    stderr_progress,
+)
 
 
 def _default_out(prefix: str) -> Path:
-    return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/PREFIX-TIME``, or the first free ``-1``, ``-2``, ... sibling, created here (empty).
+
+    The name is to the second: two commands started in the same second (a loop of small runs) used to
+    pick the same folder, and the second was refused with "already exists" although the user gave no
+    --out. Creating the folder claims it atomically, so concurrent commands each get their own; the
+    commands accept an empty folder as their output (an explicit --out that exists is still refused).
+    """
+    base = Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_writable(base, option="--out (default)", creates_folders=True)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(10_000):
+        candidate = base if i == 0 else base.with_name(f"{base.name}-{i}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise InputError(f"--out: {base} and 10,000 siblings exist; pass --out")  # pragma: no cover
+
+
+@contextmanager
+def _output(out: Path | None, prefix: str) -> Iterator[Path]:
+    """The output folder: ``out`` as given (the caller checked it before any work) or a new default
+    one, which is removed again when the command fails before writing into it."""
+    if out is not None:
+        yield out
+        return
+    claimed = _default_out(prefix)
+    try:
+        yield claimed
+    except BaseException:
+        with suppress(OSError):  # only when still empty: a partial run stays where the user sees it
+            claimed.rmdir()
+        raise
 
 
 def _resolve_inputs(
@@ -91,7 +133,9 @@ def register(app: typer.Typer) -> None:
         node_order: str = typer.Option(
             "packed", "--node-order", help="packed (topology-sorted hostfile) | shuffled (rendezvous order)"
         ),
-        warmup: int = typer.Option(20, "--warmup", help="steps left out of the printed summary"),
+        warmup: int | None = typer.Option(
+            None, "--warmup", help="steps left out of the printed summary (default 20, fewer on short runs)"
+        ),
         fmt: str = typer.Option("table", "--format", help="table | json"),
     ) -> None:
         """Simulate training on a cluster and write a run directory (diagnose/report read it)."""
@@ -104,6 +148,14 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--steps {steps}: must be at least 2 (the printed summary needs two steps)")
         if seed < 0:
             raise InputError(f"--seed {seed}: must be 0 or more")
+        if warmup is not None and steps < warmup + 2:
+            # before: the summary silently measured 2 steps instead of the ones asked to be left out
+            raise InputError(
+                f"--steps {steps} / --warmup {warmup}: need at least warmup + 2 steps to measure; "
+                f"raise --steps to {warmup + 2} or lower --warmup"
+            )
+        if out is not None:
+            check_writable(out, option="--out", creates_folders=True)
         cluster, workload, noise, _ = _resolve_inputs(scenario, cluster, workload, noise)
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
@@ -127,9 +179,8 @@ def register(app: typer.Typer) -> None:
                 policies=twin_policies(load_workload(workload)),
                 leaves=rank_leaves(cl, nodes=nodes, node_order=launch),
             )
-        out_dir = out if out is not None else _default_out("sim")
-        with stderr_progress(fmt != "json") as bar:
-            task = bar.add_task(f"simulating {nodes} nodes", total=steps)
+        with _output(out, "sim") as out_dir, stderr_progress(fmt != "json") as bar:
+            task = bar.add_task(f"simulating {count(nodes, 'node')}", total=steps)
             run_dir = run_sim(
                 cluster,
                 workload,
@@ -143,13 +194,14 @@ def register(app: typer.Typer) -> None:
                 options=SimOptions(window=window),
                 node_order=node_order,
             )
-        summary = summarize_run(load_run(run_dir, tables=("steps",)), min(warmup, max(steps - 2, 0)))
+        skip = min(20, max(steps - 2, 0)) if warmup is None else warmup
+        summary = summarize_run(load_run(run_dir, tables=("steps",)), skip)
         if fmt == "json":
             typer.echo(json.dumps({"run_dir": str(run_dir), **summary}))
             return
         typer.echo(
-            f"{run_dir}: {summary['world_size']} GPUs on {nodes} nodes, "
-            f"{summary['steps']} steps after warm-up: "
+            f"{run_dir}: {count(summary['world_size'], 'GPU')} on {count(nodes, 'node')}, "
+            f"{count(summary['steps'], 'step')} after warm-up: "
             f"{summary['throughput']:.1f} samples/s, iteration {summary['iter_mean_s'] * 1e3:.1f} ms "
             f"(p99 {summary['iter_p99_s'] * 1e3:.1f} ms), CV {summary['cv']:.3f}"
         )
@@ -189,6 +241,10 @@ def register(app: typer.Typer) -> None:
         """Scaling study: throughput and CV against node count, optionally baseline vs paced (Table 1)."""
         check_format(fmt, ("table", "json"))
         _check_counts(window=window, warmup=warmup)
+        if out is not None:
+            check_writable(out, option="--out", creates_folders=True)
+        from dataclasses import replace
+
         from fabricpace.study.runner import BACKENDS, StudyPlan, check_plan, run_study
 
         if backend not in BACKENDS:
@@ -213,7 +269,7 @@ def register(app: typer.Typer) -> None:
             steps=steps if steps is not None else (defaults.steps if defaults else 300),
             warmup=warmup if warmup is not None else (defaults.warmup if defaults else 50),
             seed=seed,
-            out_dir=out if out is not None else _default_out("study"),
+            out_dir=out if out is not None else Path("runs") / "study-TIME",  # claimed after the checks
             cluster=cluster,
             workload=workload,
             noise=noise,
@@ -235,9 +291,13 @@ def register(app: typer.Typer) -> None:
         if backend != "sim":
             require_torch(f"study --backend {backend}")
         total = len(plan.points())
-        with stderr_progress() as bar:
-            task = bar.add_task(f"study ({backend})", total=total)
-            result = run_study(plan, progress=lambda label: bar.update(task, advance=1, description=label))
+        with _output(out, "study") as out_dir:
+            plan = replace(plan, out_dir=out_dir)
+            with stderr_progress() as bar:
+                task = bar.add_task(f"study ({backend})", total=total)
+                result = run_study(
+                    plan, progress=lambda label: bar.update(task, advance=1, description=label)
+                )
         written = []
         if figures:
             from fabricpace.report.study_figures import write_study_figures
@@ -252,6 +312,9 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         Console().print(
-            study_table(result.rows, f"{backend} study ({plan.repeats} repeats, {plan.steps} steps)")
+            study_table(
+                result.rows,
+                f"{backend} study ({count(plan.repeats, 'repeat')}, {count(plan.steps, 'step')})",
+            )
         )
         typer.echo(f"wrote {plan.out_dir / 'study.json'}" + "".join(f", {p}" for p in written))

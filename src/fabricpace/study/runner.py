@@ -66,6 +66,14 @@ def check_plan(plan: StudyPlan) -> None:
     bad = [m for m in plan.modes if m not in MODES]
     if bad or not plan.modes:
         raise InputError(f"--compare {','.join(plan.modes)!r}: modes are {', '.join(MODES)}")
+    again = [m for i, m in enumerate(plan.modes) if m in plan.modes[:i]]
+    if again:
+        # Each (nodes, mode, repeat) point has one run folder: a repeated mode ran into the folder it had
+        # just written, half-way through the study.
+        raise InputError(
+            f"--compare {','.join(plan.modes)}: mode {again[0]} is given twice; give each mode once "
+            "(use --repeats for more runs)"
+        )
     if not plan.nodes or min(plan.nodes) < 1:
         raise InputError(f"--nodes {','.join(map(str, plan.nodes))}: node counts must be at least 1")
     twice = sorted({n for n in plan.nodes if plan.nodes.count(n) > 1})
