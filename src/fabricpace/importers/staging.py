@@ -62,17 +62,17 @@ def staged_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 def list_sources(src: str | os.PathLike[str], suffixes: tuple[str, ...], *, what: str) -> list[Path]:
-    """Files of SRC with the given suffixes: SRC itself, or a folder holding only such files.
+    """SRC itself when it is a file, or the files of a folder holding only files with the given suffixes.
 
-    Hidden files are ignored. A folder with other files in it is "mixed" and refused, so that a stray
-    file never turns silently into a rank.
+    A file the user names is read whatever its name (``run.log.gz``, ``nccl.stdout``, a PBS
+    ``job.o12345``): the parser says whether it is one, as ``collective --calibrate`` does. The suffixes
+    only pick the files of a folder: hidden files are ignored, and a folder with other files in it is
+    "mixed" and refused, so that a stray file never turns silently into a rank.
     """
     path = Path(src)
     if not path.exists():
         raise InputError(f"{path}: does not exist; pass a {what} file or a folder of them")
     if path.is_file():
-        if not path.name.endswith(suffixes):
-            raise InputError(f"{path}: expected a {what} file ending in {' or '.join(suffixes)}")
         return [path]
     files = sorted(p for p in path.iterdir() if not p.name.startswith("."))
     if not files:
