@@ -8,12 +8,13 @@ renamed into place, so a large run never sits in memory as one JSON document.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -22,6 +23,7 @@ from fabricpace.report.output import check_new_file, publish
 from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks, load_run
 
 STEP_TID, COLL_TID, OPS_TID = 1, 2, 3
+_SLICE_ROWS = 100_000
 
 
 def _meta_events(run: RunData) -> Iterator[dict[str, Any]]:
@@ -37,42 +39,55 @@ def _meta_events(run: RunData) -> Iterator[dict[str, Any]]:
             yield {"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}}
 
 
-def _step_events(steps: pl.DataFrame) -> Iterator[dict[str, Any]]:
+def _events(frame: pl.DataFrame, cat: str, name: pl.Expr, tid: int, ts_ns: str, dur_ns: pl.Expr,
+            args: list[pl.Expr]) -> pl.DataFrame:
+    """Trace events ("X", complete) of one table as a frame: written by polars, not row by row (a
+    64-rank, 300-step run's 3.8 M collective rows took 47 s through json.dumps)."""
+    return frame.select(
+        pl.lit("X").alias("ph"), pl.lit(cat).alias("cat"), name.cast(pl.String).alias("name"),
+        pl.col("rank").cast(pl.Int64).alias("pid"), pl.lit(tid).alias("tid"),
+        (pl.col(ts_ns) / 1000.0).alias("ts"), (dur_ns.clip(lower_bound=0).fill_null(0) / 1000.0).alias("dur"),
+        pl.struct(args).alias("args"),
+    )
+
+
+def _step_events(steps: pl.DataFrame) -> pl.DataFrame:
     extra = [c for c in ("compute_ns", "wait_ns", "comm_ns", "data_ns", "gc_ns", "paced_ns", "samples")
              if c in steps.columns]
-    for row in steps.iter_rows(named=True):
-        yield {"ph": "X", "cat": "step", "name": f"step {row['step']}", "pid": int(row["rank"]),
-               "tid": STEP_TID, "ts": row["t_start_ns"] / 1000.0,
-               "dur": max(row["t_end_ns"] - row["t_start_ns"], 0) / 1000.0,
-               "args": {"step": row["step"], **{k: row[k] for k in extra if row[k] is not None}}}
+    return _events(steps, "step", pl.format("step {}", pl.col("step")), STEP_TID, "t_start_ns",
+                   pl.col("t_end_ns") - pl.col("t_start_ns"), [pl.col("step"), *map(pl.col, extra)])
 
 
-def _collective_events(coll: pl.DataFrame) -> Iterator[dict[str, Any]]:
-    if coll.height == 0:
-        return
-    coll = coll.with_columns(
-        (pl.col("t_enter_ns").max().over(["group", "seq"]) - pl.col("t_enter_ns")).alias("skew_wait_ns"),
-        (pl.col("t_exit_ns").min().over(["group", "seq"]) - pl.col("t_enter_ns").max().over(["group", "seq"]))
-        .clip(lower_bound=0).alias("transfer_ns"),
+def _collective_events(coll: pl.DataFrame) -> pl.DataFrame:
+    inst = ["group", "seq"]
+    last = pl.col("t_enter_ns").max().over(inst)
+    return _events(
+        coll, "collective", pl.col("op"), COLL_TID, "t_enter_ns", pl.col("t_exit_ns") - pl.col("t_enter_ns"),
+        [pl.col("group").cast(pl.String), pl.col("seq"), pl.col("step"), pl.col("bytes"),
+         (last - pl.col("t_enter_ns")).alias("skew_wait_ns"),
+         (pl.col("t_exit_ns").min().over(inst) - last).clip(lower_bound=0).alias("transfer_ns")],
     )
-    for row in coll.iter_rows(named=True):
-        yield {"ph": "X", "cat": "collective", "name": str(row["op"]), "pid": int(row["rank"]),
-               "tid": COLL_TID, "ts": row["t_enter_ns"] / 1000.0,
-               "dur": max(row["t_exit_ns"] - row["t_enter_ns"], 0) / 1000.0,
-               "args": {"group": row["group"], "seq": row["seq"], "step": row["step"], "bytes": row["bytes"],
-                        "skew_wait_ns": row["skew_wait_ns"], "transfer_ns": row["transfer_ns"]}}
 
 
-def _op_events(ops: pl.DataFrame) -> Iterator[dict[str, Any]]:
-    for row in ops.iter_rows(named=True):
-        yield {"ph": "X", "cat": "op", "name": str(row["op"]), "pid": int(row["rank"]), "tid": OPS_TID,
-               "ts": row["t_start_ns"] / 1000.0, "dur": max(row["dur_ns"], 0) / 1000.0,
-               "args": {"step": row["step"]}}
+def _op_events(ops: pl.DataFrame) -> pl.DataFrame:
+    return _events(ops, "op", pl.col("op"), OPS_TID, "t_start_ns", pl.col("dur_ns"), [pl.col("step")])
 
 
-def _write_events(fh: TextIO, events: Iterator[dict[str, Any]], first: bool) -> bool:
+def _write_events(fh: BinaryIO, events: Iterable[dict[str, Any]] | pl.DataFrame, first: bool) -> bool:
+    """Append events to the open traceEvents array; returns whether it is still empty."""
+    if isinstance(events, pl.DataFrame):
+        if events.height == 0:
+            return first
+        for part in events.iter_slices(_SLICE_ROWS):  # (~20 MB of JSON at a time, not the chunk's GBs)
+            buf = io.BytesIO()
+            part.write_ndjson(buf)
+            # one JSON object per line, and JSON escapes newlines inside strings: ",\n" joins them
+            body = buf.getvalue().rstrip(b"\n").replace(b"\n", b",\n")
+            fh.write((b"" if first else b",\n") + body)
+            first = False
+        return False
     for ev in events:
-        fh.write(("" if first else ",\n") + json.dumps(ev, separators=(",", ":"), default=str))
+        fh.write((b"" if first else b",\n") + json.dumps(ev, separators=(",", ":"), default=str).encode())
         first = False
     return first
 
@@ -109,10 +124,10 @@ def export_perfetto(
         chunks = (f for _lo, _hi, f in table.chunks(DEFAULT_CHUNK_ROWS, whole=("group", "seq")))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write('{"displayTimeUnit":"ms","otherData":' + json.dumps({
+        with tmp.open("wb") as fh:
+            fh.write(('{"displayTimeUnit":"ms","otherData":' + json.dumps({
                 "run_id": run.manifest.run_id, "source": run.manifest.source,
-                "world_size": run.world_size, "exported_by": "fabricpace"}) + ',"traceEvents":[\n')
+                "world_size": run.world_size, "exported_by": "fabricpace"}) + ',"traceEvents":[\n').encode())
             first = _write_events(fh, _meta_events(run), True)
             first = _write_events(fh, _step_events(s.sort(["rank", "step"])), first)
             for c in chunks:
@@ -121,7 +136,7 @@ def export_perfetto(
                 print(f"fabricpace: warning: {w}", file=sys.stderr)
             if ops:
                 _write_events(fh, _op_events(o), first)
-            fh.write("\n]}\n")
+            fh.write(b"\n]}\n")
         publish(tmp, path)
     finally:
         if tmp.exists():
