@@ -37,5 +37,5 @@ def test_missing_torch_is_one_line_before_anything_runs(tmp_path, args):
     r = _cli_without_torch(*args, cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'fabricpace[torch]'" in lines[0]
+    assert len(lines) == 1 and "pip install '.[torch]'" in lines[0]
     assert not any(tmp_path.iterdir())  # no run folder, no rank logs, no half-done study

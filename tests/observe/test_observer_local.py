@@ -288,7 +288,7 @@ def test_an_explicit_run_dir_that_differs_from_the_launchers_is_named(tmp_path, 
 
 def test_a_step_ended_by_the_users_own_error_is_written_one_ended_by_torchs_is_not(tmp_path):
     with observe(None, tmp_path / "r", config=CFG) as obs:
-        for i, err in enumerate([None, ValueError("bad batch"), None, RuntimeError("peer gone"), None]):
+        for err in [None, ValueError("bad batch"), None, RuntimeError("peer gone"), None]:
             try:
                 with obs.step(samples=2):
                     if err is not None:

@@ -121,7 +121,8 @@ def require_torch(what: str) -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise InputError(
-            f"{what} starts real training ranks and needs torch; pip install 'fabricpace[torch]'"
+            f"{what} starts real training ranks and needs torch; "
+            "pip install '.[torch]' in the fabricpace checkout"
         )
 
 

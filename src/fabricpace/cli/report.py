@@ -150,7 +150,9 @@ def register(app: typer.Typer) -> None:
         findings: bool = typer.Option(
             True, "--findings/--no-findings", help="Run the diagnosis for findings."
         ),
-        cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file for the diagnosis."),
+        cluster: Path | None = typer.Option(
+            None, "--cluster", help="Cluster file or preset for the diagnosis."
+        ),
     ) -> None:
         """Write one self-contained offline HTML report for the run(s)."""
         from fabricpace.report.html import write_report

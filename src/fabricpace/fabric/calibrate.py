@@ -281,7 +281,8 @@ class Fit:
     def summary(self) -> str:
         vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items() if k not in self.kept)
         out = (
-            f"calibrated on {self.n_points} points from {len(self.logs)} logs: {vals}; "
+            f"calibrated on {self.n_points} points from {len(self.logs)} "
+            f"log{'' if len(self.logs) == 1 else 's'}: {vals}; "
             f"in-sample error median {self.median_error_pct:.1f}%, worst {self.max_error_pct:.1f}%"
         )
         if self.kept:
