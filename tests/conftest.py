@@ -20,6 +20,24 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
     )
 
 
+def one_line_refusal(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Assert the bad-input contract — exit 2, no traceback, one stderr line that starts with
+    "fabricpace: error: " and holds every needle — and return that line."""
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fabricpace: error: "), r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def refused():
+    """``one_line_refusal`` (test modules cannot import conftest under importlib mode)."""
+    return one_line_refusal

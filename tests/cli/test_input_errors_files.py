@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-ONE_LINE = "fabricpace: error: "
 WORKLOAD = (
     "name: small\n"
     "parameters: 2.0e7\n"
@@ -25,14 +24,6 @@ WORKLOAD = (
 )
 
 
-def _refused(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(ONE_LINE), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _sim(cli, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,50 +45,50 @@ def workload(tmp_path):
 # ---- non-UTF-8 files ---------------------------------------------------------------------------------
 
 
-def test_a_latin1_workload_is_one_line(cli, tmp_path):
+def test_a_latin1_workload_is_one_line(cli, tmp_path, refused):
     w = tmp_path / "w.yaml"
     w.write_bytes(("# caf\u00e9 model\n" + WORKLOAD).encode("latin-1"))
-    _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
              str(w), "not UTF-8", "save it as UTF-8")
 
 
-def test_a_binary_noise_file_is_one_line(cli, tmp_path, workload):
+def test_a_binary_noise_file_is_one_line(cli, tmp_path, workload, refused):
     n = tmp_path / "n.yaml"
     n.write_bytes(bytes(range(256)) * 4)
-    _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(workload), "--noise",
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(workload), "--noise",
                   str(n)), str(n), "not UTF-8")
 
 
-def test_a_utf16_scenario_is_one_line_for_simulate_and_study(cli, tmp_path):
+def test_a_utf16_scenario_is_one_line_for_simulate_and_study(cli, tmp_path, refused):
     sc = tmp_path / "sc"
     sc.mkdir()
     (sc / "scenario.yaml").write_text("cluster: single-switch\nworkload: bert-large\n", encoding="utf-16")
-    _refused(_sim(cli, tmp_path, "--scenario", str(sc)), "scenario.yaml", "not UTF-8")
+    refused(_sim(cli, tmp_path, "--scenario", str(sc)), "scenario.yaml", "not UTF-8")
     r = cli("study", "--scenario", str(sc), "--nodes", "2", "--steps", "12", "--warmup", "2",
             "--out", str(tmp_path / "study"))
-    _refused(r, "scenario.yaml", "not UTF-8")
+    refused(r, "scenario.yaml", "not UTF-8")
     assert not (tmp_path / "study").exists()
 
 
-def test_a_binary_hosts_file_is_one_line(cli, tmp_path):
+def test_a_binary_hosts_file_is_one_line(cli, tmp_path, refused):
     hosts = tmp_path / "hosts.txt"
     hosts.write_bytes(b"node\xe9\xff\x00 slots=8\n")
-    _refused(cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts)), str(hosts),
+    refused(cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts)), str(hosts),
              "not UTF-8")
 
 
 # ---- keys given twice --------------------------------------------------------------------------------
 
 
-def test_a_noise_key_given_twice_is_refused_with_its_line(cli, tmp_path, workload):
+def test_a_noise_key_given_twice_is_refused_with_its_line(cli, tmp_path, workload, refused):
     n = tmp_path / "n.yaml"
     n.write_text("jitter: {cv: 0.02}\nslow:\n  - {node: 0, factor: 1.5}\nslow:\n  - {node: 1, factor: 1.2}\n")
-    _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(workload), "--noise",
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(workload), "--noise",
                   str(n)), f"{n}:4: key 'slow' given twice", "merge them")
 
 
 @pytest.mark.parametrize("kind", ["workload", "cluster", "scenario", "nested"])
-def test_every_yaml_file_refuses_a_key_given_twice(cli, tmp_path, workload, kind):
+def test_every_yaml_file_refuses_a_key_given_twice(cli, tmp_path, workload, kind, refused):
     if kind == "workload":
         w = tmp_path / "w2.yaml"
         w.write_text(WORKLOAD + "batch_per_gpu: 32\n")
@@ -117,7 +108,7 @@ def test_every_yaml_file_refuses_a_key_given_twice(cli, tmp_path, workload, kind
             f"cluster: single-switch\nworkload: {workload}\ncluster: single-switch\n"
         )
         args, needle = ("--scenario", str(sc)), "scenario.yaml:3: key 'cluster' given twice"
-    _refused(_sim(cli, tmp_path, *args), needle)
+    refused(_sim(cli, tmp_path, *args), needle)
 
 
 def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
@@ -130,26 +121,26 @@ def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
 # ---- misspelt keys -----------------------------------------------------------------------------------
 
 
-def test_a_misspelt_workload_key_is_named_with_a_suggestion(cli, tmp_path):
+def test_a_misspelt_workload_key_is_named_with_a_suggestion(cli, tmp_path, refused):
     w = tmp_path / "w.yaml"
     w.write_text(WORKLOAD.replace("batch_per_gpu", "batch_per_gp"))
-    line = _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
+    line = refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
                     "unknown key 'batch_per_gp' (did you mean 'batch_per_gpu'?)")
     assert "missing" not in line
 
 
-def test_a_misspelt_nested_workload_key_is_named_with_a_suggestion(cli, tmp_path):
+def test_a_misspelt_nested_workload_key_is_named_with_a_suggestion(cli, tmp_path, refused):
     w = tmp_path / "w.yaml"
     w.write_text(WORKLOAD + "parallelism: {bucket_m: 25}\n")
-    _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)),
              "unknown key 'parallelism.bucket_m' (did you mean 'bucket_mb'?)")
 
 
-def test_a_misspelt_scenario_key_is_named_with_a_suggestion(cli, tmp_path, workload):
+def test_a_misspelt_scenario_key_is_named_with_a_suggestion(cli, tmp_path, workload, refused):
     sc = tmp_path / "sc"
     sc.mkdir()
     (sc / "scenario.yaml").write_text(f"cluster: single-switch\nwrkload: {workload}\n")
-    line = _refused(_sim(cli, tmp_path, "--scenario", str(sc)),
+    line = refused(_sim(cli, tmp_path, "--scenario", str(sc)),
                     "unknown key 'wrkload' (did you mean 'workload'?)")
     assert "missing" not in line
 
@@ -175,7 +166,7 @@ def test_a_misspelt_scenario_key_is_named_with_a_suggestion(cli, tmp_path, workl
     ],
     ids=["tiny-bucket", "huge-parameters", "tiny-tflops", "infinite-tflops", "huge-optimizer"],
 )
-def test_workload_values_out_of_bounds_are_one_line(cli, tmp_path, change, needles):
+def test_workload_values_out_of_bounds_are_one_line(cli, tmp_path, change, needles, refused):
     w = tmp_path / "w.yaml"
     w.write_text(WORKLOAD.replace(*change))
-    _refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)), str(w), *needles)
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)), str(w), *needles)

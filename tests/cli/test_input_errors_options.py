@@ -12,53 +12,43 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-ONE_LINE = "fabricpace: error: "
 DATA = Path(__file__).parents[1] / "fabric" / "data"
 
 
-def _refused(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(ONE_LINE), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
-def test_collective_refuses_a_negative_seed(cli):
-    _refused(cli("collective", "--nodes", "4", "--sizes", "32M", "--seed", "-1"), "--seed -1", "0 or more")
+def test_collective_refuses_a_negative_seed(cli, refused):
+    refused(cli("collective", "--nodes", "4", "--sizes", "32M", "--seed", "-1"), "--seed -1", "0 or more")
 
 
-def test_a_cluster_file_with_a_negative_ecmp_seed_is_refused(cli, tmp_path):
+def test_a_cluster_file_with_a_negative_ecmp_seed_isrefused(cli, tmp_path, refused):
     c = tmp_path / "c.yaml"
     c.write_text("name: c\nnodes: 4\nnetwork: {ecmp_seed: -5}\n")
-    _refused(cli("collective", "--cluster", str(c), "--nodes", "2", "--sizes", "32M"),
+    refused(cli("collective", "--cluster", str(c), "--nodes", "2", "--sizes", "32M"),
              str(c), "network.ecmp_seed", "greater than or equal to 0")
 
 
-def test_collective_refuses_a_node_count_given_twice(cli):
-    _refused(cli("collective", "--nodes", "4,4", "--sizes", "32M"), "--nodes 4,4", "4 is given twice")
+def test_collective_refuses_a_node_count_given_twice(cli, refused):
+    refused(cli("collective", "--nodes", "4,4", "--sizes", "32M"), "--nodes 4,4", "4 is given twice")
 
 
-def test_study_refuses_a_mode_given_twice_before_writing_anything(cli, tmp_path):
+def test_study_refuses_a_mode_given_twice_before_writing_anything(cli, tmp_path, refused):
     out = tmp_path / "study"
     r = cli("study", "--cluster", "single-switch", "--workload", "bert-large", "--nodes", "1", "--steps",
             "10", "--warmup", "2", "--repeats", "1", "--compare", "baseline,baseline", "--out", str(out))
-    _refused(r, "--compare baseline,baseline", "mode baseline is given twice")
+    refused(r, "--compare baseline,baseline", "mode baseline is given twice")
     assert not out.exists()
 
 
-def test_simulate_refuses_fewer_steps_than_warmup_plus_two(cli, tmp_path):
+def test_simulate_refuses_fewer_steps_than_warmup_plus_two(cli, tmp_path, refused):
     out = tmp_path / "run"
     r = cli("simulate", "--cluster", "single-switch", "--workload", "bert-large", "--nodes", "1",
             "--steps", "10", "--warmup", "100", "--out", str(out))
-    _refused(r, "--steps 10 / --warmup 100", "need at least warmup + 2 steps")
+    refused(r, "--steps 10 / --warmup 100", "need at least warmup + 2 steps")
     assert not out.exists()
 
 
@@ -99,12 +89,12 @@ def test_import_reads_an_explicitly_named_log_whatever_its_name(cli, tmp_path, n
     assert json.loads(r.stdout)["world_size"] == 16
 
 
-def test_import_of_a_folder_still_refuses_a_stray_file(cli, tmp_path):
+def test_import_of_a_folder_still_refuses_a_stray_file(cli, tmp_path, refused):
     logs = tmp_path / "logs"
     logs.mkdir()
     shutil.copy(DATA / "h100ib_n2_all_reduce.log", logs / "n2.log")
     (logs / "notes.md").write_text("my notes\n")
-    _refused(cli("import", "nccl-tests", str(logs), "-o", str(tmp_path / "imported")), "mixed folder")
+    refused(cli("import", "nccl-tests", str(logs), "-o", str(tmp_path / "imported")), "mixed folder")
 
 
 def test_calibrate_takes_the_op_of_a_log_that_does_not_name_it_from_op(cli, tmp_path):

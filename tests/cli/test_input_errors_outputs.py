@@ -18,20 +18,11 @@ from pathlib import Path
 
 import pytest
 
-ONE_LINE = "fabricpace: error: "
 DATA = Path(__file__).parents[1] / "fabric" / "data"
 SIM = ("--cluster", "single-switch", "--workload", "bert-large", "--nodes", "2", "--steps", "12",
        "--warmup", "2")
 
 
-def _refused(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(ONE_LINE), r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _no_override_cmd(read_only: Path) -> list[str] | None:
@@ -82,35 +73,37 @@ def read_only(tmp_path):
     ],
     ids=["simulate", "study", "report", "export", "import", "save-calibration", "plot"],
 )
-def test_a_read_only_folder_is_one_line_naming_the_option(run_dir, read_only, args, option):
+def test_a_read_only_folder_is_one_line_naming_the_option(run_dir, read_only, args, option, refused):
     prefix = _no_override_cmd(read_only)
     if prefix is None:
         pytest.skip("cannot drop root's permission override here")
     log = DATA / "h100ib_n2_all_reduce.log"
     argv = [a.format(ro=read_only, run=run_dir, log=log) for a in args]
     r = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=300)
-    _refused(r, option, f"cannot write in {read_only}", "choose another folder")
+    refused(r, option, f"cannot write in {read_only}", "choose another folder")
     assert list(read_only.iterdir()) == []
 
 
-def test_save_calibration_in_a_missing_folder_or_under_a_file_is_refused_before_the_fit(cli, tmp_path):
+def test_save_calibration_in_a_missing_folder_or_under_a_file_is_refused_before_the_fit(
+    cli, tmp_path, refused
+):
     # A log that cannot be fitted: the path is refused first, so the fit is never reached.
     garbage = tmp_path / "n2_all_reduce.log"
     garbage.write_text("not a log\n")
     blocker = tmp_path / "notes.txt"
     blocker.write_text("keep me\n")
     base = ("collective", "--calibrate", str(garbage), "--nodes", "2", "--sizes", "1G")
-    _refused(cli(*base, "--save-calibration", str(tmp_path / "nodir" / "fit.yaml")),
+    refused(cli(*base, "--save-calibration", str(tmp_path / "nodir" / "fit.yaml")),
              "--save-calibration", "nodir does not exist; create it first")
-    _refused(cli(*base, "--save-calibration", str(blocker / "fit.yaml")),
+    refused(cli(*base, "--save-calibration", str(blocker / "fit.yaml")),
              "--save-calibration", "is a file, not a folder")
     assert not (tmp_path / "nodir").exists() and blocker.read_text() == "keep me\n"
 
 
-def test_plot_under_a_file_names_the_option_not_a_temporary_file(cli, tmp_path):
+def test_plot_under_a_file_names_the_option_not_a_temporary_file(cli, tmp_path, refused):
     blocker = tmp_path / "notes.txt"
     blocker.write_text("keep me\n")
-    line = _refused(cli("collective", "--nodes", "2", "--sizes", "1G", "--plot", str(blocker / "p.html")),
+    line = refused(cli("collective", "--nodes", "2", "--sizes", "1G", "--plot", str(blocker / "p.html")),
                     "--plot", "is a file, not a folder")
     assert ".tmp" not in line
 
@@ -141,7 +134,7 @@ def _stamp(offset: int) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() + offset))
 
 
-def test_a_default_output_name_taken_in_the_same_second_gets_a_free_sibling(cli, tmp_path):
+def test_a_default_output_name_taken_in_the_same_second_gets_a_free_sibling(cli, tmp_path, refused):
     runs = tmp_path / "runs"
     taken = []
     for offset in range(0, 4):  # the names this second and the next few (a slow start) would get
@@ -159,12 +152,12 @@ def test_a_default_output_name_taken_in_the_same_second_gets_a_free_sibling(cli,
     for name in taken:
         assert (runs / name / "manifest.json").read_text() == "{}"  # nothing the user had is touched
     # an explicit --out that exists is still refused
-    _refused(cli("simulate", *SIM, "--out", str(runs / taken[0])), "already exists")
+    refused(cli("simulate", *SIM, "--out", str(runs / taken[0])), "already exists")
 
 
-def test_a_failed_command_leaves_no_empty_default_folder(cli, tmp_path):
+def test_a_failed_command_leaves_no_empty_default_folder(cli, tmp_path, refused):
     bad = tmp_path / "w.yaml"
     bad.write_text("parameters: 1e9\nbatch_per_gpu: 8\ncompute: {seconds: 0.1}\nlayers: 0\n")
-    _refused(cli("simulate", "--cluster", "single-switch", "--workload", str(bad), "--nodes", "2",
+    refused(cli("simulate", "--cluster", "single-switch", "--workload", str(bad), "--nodes", "2",
                  "--steps", "12", cwd=tmp_path), "layers")
     assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
