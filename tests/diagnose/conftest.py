@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,15 @@ def synth(tmp_path_factory):
         return cache[name]
 
     return make
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A writable copy of a recorded run in ``data/real`` (the CLI writes diagnosis.json into it)."""
+
+    def copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(Path(__file__).parent / "data" / "real" / name, dst)
+        return dst
+
+    return copy

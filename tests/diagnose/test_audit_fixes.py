@@ -1,5 +1,5 @@
-"""Fixes for the user audits (/work/audit: observer report 5, 6, 10; CLI report 6, 13, 14), each pinned
-on a real recorded run or a synthetic run with an exact fault.
+"""Fixes for two user audits (the observer's findings 5, 6 and 10; the CLI's findings 6, 13 and 14),
+each pinned on a real recorded run or a synthetic run with an exact fault.
 
 Recorded runs (``data/real``, compacted from the observer audit's run directories: manifest, ranks,
 pacing, steps, collectives): ``observer-prop-off`` / ``observer-prop-auto`` — 4 gloo ranks, 300 steps,
@@ -11,11 +11,9 @@ off / ``auto`` (the controller moved 64% of rank 3's samples away at step 108 an
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from fabricpace.diagnose import DiagnoseConfig, diagnose
 from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
@@ -23,15 +21,6 @@ from fabricpace.run import Manifest, RunWriter
 
 DATA = Path(__file__).parent / "data" / "real"
 
-
-@pytest.fixture
-def recorded(tmp_path):
-    def copy(name: str) -> Path:
-        dst = tmp_path / name
-        shutil.copytree(DATA / name, dst)
-        return dst
-
-    return copy
 
 
 def test_straggler_hidden_by_pacing_is_still_named(recorded) -> None:

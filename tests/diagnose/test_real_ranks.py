@@ -12,26 +12,12 @@ local-noisy.yaml: GC pressure on all 4 ranks, rank 2 under a 0.08-CPU quota) und
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-
-import pytest
 
 from fabricpace.diagnose import diagnose
 
 DATA = Path(__file__).parent / "data" / "real"
 
-
-@pytest.fixture
-def recorded(tmp_path):
-    """A writable copy of a recorded run (the CLI writes diagnosis.json into it)."""
-
-    def copy(name: str) -> Path:
-        dst = tmp_path / name
-        shutil.copytree(DATA / name, dst)
-        return dst
-
-    return copy
 
 
 def _modes(d) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
