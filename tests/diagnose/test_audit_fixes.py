@@ -19,7 +19,6 @@ from fabricpace.diagnose import DiagnoseConfig, diagnose
 from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
 from fabricpace.run import Manifest, RunWriter
 
-DATA = Path(__file__).parent / "data" / "real"
 
 
 
