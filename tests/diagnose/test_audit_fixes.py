@@ -20,8 +20,6 @@ from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
 from fabricpace.run import Manifest, RunWriter
 
 
-
-
 def test_straggler_hidden_by_pacing_is_still_named(recorded) -> None:
     """Observer report 5: with pacing 'auto' having moved samples away from rank 3, the diagnosis read
     sync_amplification and "collect garbage in lockstep"; rank 3 still needs ~8x the compute per sample."""
