@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from fabricpace.cli._common import check_format, check_output_path, require_torch
+from fabricpace.lab.config import check_prefix
 
 
 def _print(obj: dict[str, Any], fmt: str, lines: list[str]) -> None:
@@ -71,6 +72,7 @@ def register(app: typer.Typer) -> None:
         from fabricpace.lab import fabric
 
         check_format(fmt, ("table", "json"))
+        check_prefix(prefix)
         fabric.require_lab()
         st = fabric.status(prefix)
         lines = [f"lab {prefix}: {'up' if st['up'] else 'down'}"]
@@ -92,6 +94,7 @@ def register(app: typer.Typer) -> None:
         from fabricpace.lab import fabric
 
         check_format(fmt, ("table", "json"))
+        check_prefix(prefix)
         res = fabric.down(prefix)
         _print(res, fmt, [f"lab {prefix}: down; removed {len(res['namespaces'])} namespaces, "
                           f"{res['processes']} processes, {res['cgroups']} cgroups"])
@@ -109,6 +112,7 @@ def register(app: typer.Typer) -> None:
         check_format(fmt, ("table", "json"))
         if not seconds > 0:  # also NaN; a zero or negative length was silently measured for 0.5 s
             raise InputError(f"--seconds {seconds:g}: give a positive length such as 2 (held to 0.5-30 s)")
+        check_prefix(prefix)
         fabric.require_lab()
         cfg = fabric.load(prefix)
         if cfg.leaves < 2:  # the uplink joins two leaves: a one-leaf lab has none to measure
@@ -144,6 +148,7 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--pacing {pacing!r}: choose auto or off")
         if backend not in ("lab", "local"):
             raise InputError(f"--backend {backend!r}: choose lab or local")
+        check_prefix(prefix)
         check_output_path(out, option="--out")
         if steps < 0:  # 0: the default; a negative count started ranks that trained nothing
             raise InputError(f"--steps {steps}: give a positive number of steps (0: the scenario's default)")

@@ -36,6 +36,21 @@ def parse_rate(text: str, *, option: str = "rate") -> int:
     return bits
 
 
+def check_prefix(prefix: str) -> str:
+    """``prefix`` when it is a lab prefix (``fp-``); else InputError, before anything is looked up.
+
+    ``down`` removes every namespace and root link whose name starts with the prefix and ends every
+    process inside those namespaces: ``fp`` would take ``fpa-``'s or ``fps-``'s lab with it, and an
+    empty prefix every namespace on the machine. The closing dash keeps one lab's names apart from
+    another's."""
+    if not _PREFIX_RE.match(str(prefix)):
+        raise InputError(
+            f"--prefix {prefix!r}: use 1-4 lowercase letters/digits and a dash, e.g. fp- (every name "
+            "the lab makes starts with it, so `lab down` removes only that lab)"
+        )
+    return prefix
+
+
 def format_rate(bits: int) -> str:
     """100_000_000 -> '100mbit' (exact when possible, else kbit)."""
     for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
@@ -60,8 +75,7 @@ class LabConfig:
             raise InputError(f"--nodes {self.nodes}: choose 1 to 64 nodes")
         if not 1 <= self.leaves <= min(self.nodes, 16):
             raise InputError(f"--leaves {self.leaves}: choose 1 to min(nodes, 16) leaves")
-        if not _PREFIX_RE.match(self.prefix):
-            raise InputError(f"prefix {self.prefix!r}: use 1-4 lowercase letters/digits and a dash, e.g. fp-")
+        check_prefix(self.prefix)
 
     # --- names (all begin with the prefix) -------------------------------------------------------
     @property

@@ -26,7 +26,7 @@ from typing import Any
 from fabricpace._errors import InputError, LabError
 from fabricpace.lab import _sh, state
 from fabricpace.lab.cgroup import cgroup_root
-from fabricpace.lab.config import LabConfig, format_rate, parse_rate
+from fabricpace.lab.config import LabConfig, check_prefix, format_rate, parse_rate
 
 NETNS_DIR = Path("/run/netns")
 HTB_HANDLE = "1:"
@@ -68,6 +68,7 @@ def _root_links(prefix: str) -> list[str]:
 
 def leftovers(prefix: str) -> list[str]:
     """Everything with the lab's prefix that still exists: namespaces, root links, cgroups, state file."""
+    check_prefix(prefix)
     found = list_namespaces(prefix) + _root_links(prefix)
     if cgroup_root(prefix).exists():
         found.append(str(cgroup_root(prefix)))
@@ -204,6 +205,7 @@ def _verify(cfg: LabConfig) -> list[str]:
 
 def status(prefix: str = "fp-") -> dict[str, Any]:
     """What exists now: namespaces, uplink rates as tc reports them, live recorded processes."""
+    check_prefix(prefix)
     st = state.read(prefix)
     namespaces = list_namespaces(prefix) if _sh.lab_unavailable_reason() is None else []
     out: dict[str, Any] = {"prefix": prefix, "up": False, "namespaces": namespaces, "state_file": None}
@@ -233,6 +235,7 @@ def status(prefix: str = "fp-") -> dict[str, Any]:
 
 def load(prefix: str = "fp-") -> LabConfig:
     """The config of the lab that is up now; InputError telling how to start one when none is."""
+    check_prefix(prefix)
     st = state.read(prefix)
     if not st or not st.get("up_complete") or not st.get("config"):
         raise InputError(f"no fabric lab with prefix {prefix!r} is up; run `fabricpace lab up` first")
@@ -289,6 +292,7 @@ def _remove_cgroups(prefix: str, recorded: list[str]) -> list[str]:
 
 def down(prefix: str = "fp-") -> dict[str, Any]:
     """Remove everything the lab with ``prefix`` made, also after a crash. Safe to run twice."""
+    check_prefix(prefix)  # first: everything below matches names by this prefix
     require_lab()
     st = state.read(prefix) or state.empty_state()
     removed: dict[str, Any] = {"prefix": prefix, "processes": 0, "namespaces": [], "links": [], "cgroups": 0}
