@@ -82,6 +82,13 @@ def _check_counts(*, window: int, warmup: int | None) -> None:
         raise InputError(f"--warmup {warmup}: must be 0 or more (steps left out of the measurement)")
 
 
+def _default_warmup(steps: int, sc: Any) -> int:
+    """simulate's warm-up without --warmup: the scenario's ``study.warmup`` (so that simulate and study
+    measure the same run over the same steps), else 20; fewer on short runs (two steps stay measured)."""
+    wanted = sc.study.warmup if sc is not None else 20
+    return min(wanted, max(steps - 2, 0))
+
+
 def _fmt_ci(row: dict[str, Any]) -> str:
     ci = row.get("throughput_ci")
     if not ci:
@@ -134,7 +141,10 @@ def register(app: typer.Typer) -> None:
             "packed", "--node-order", help="packed (topology-sorted hostfile) | shuffled (rendezvous order)"
         ),
         warmup: int | None = typer.Option(
-            None, "--warmup", help="steps left out of the printed summary (default 20, fewer on short runs)"
+            None,
+            "--warmup",
+            help="steps left out of the printed summary (default: the scenario's study.warmup, else 20; "
+            "fewer on short runs)",
         ),
         fmt: str = typer.Option("table", "--format", help="table | json"),
     ) -> None:
@@ -156,7 +166,7 @@ def register(app: typer.Typer) -> None:
             )
         if out is not None:
             check_writable(out, option="--out", creates_folders=True)
-        cluster, workload, noise, _ = _resolve_inputs(scenario, cluster, workload, noise)
+        cluster, workload, noise, sc = _resolve_inputs(scenario, cluster, workload, noise)
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
         from fabricpace.run.reader import load_run
@@ -194,10 +204,10 @@ def register(app: typer.Typer) -> None:
                 options=SimOptions(window=window),
                 node_order=node_order,
             )
-        skip = min(20, max(steps - 2, 0)) if warmup is None else warmup
+        skip = _default_warmup(steps, sc) if warmup is None else warmup
         summary = summarize_run(load_run(run_dir, tables=("steps",)), skip)
         if fmt == "json":
-            typer.echo(json.dumps({"run_dir": str(run_dir), **summary}))
+            typer.echo(json.dumps({"run_dir": str(run_dir), "warmup": skip, **summary}))
             return
         typer.echo(
             f"{run_dir}: {count(summary['world_size'], 'GPU')} on {count(nodes, 'node')}, "
