@@ -117,7 +117,7 @@ def test_aggregate_efficiency_and_paired_delta(tmp_path):
     assert rows[(4, "baseline")]["repeats"] == 2 and rows[(4, "baseline")]["steps"] == 9
 
 
-def test_study_cli_json_is_rows_only(cli, tmp_path):
+def test_study_cli_json_rows(cli, tmp_path):
     out = tmp_path / "study"
     r = cli(
         "study",
@@ -142,7 +142,8 @@ def test_study_cli_json_is_rows_only(cli, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert list(doc) == ["rows"] and len(doc["rows"]) == 2
+    # the rows, plus where they were written (test_audit_study_outputs.py)
+    assert {"rows", "study_dir", "study_json", "figures", "plan"} == set(doc) and len(doc["rows"]) == 2
     for row in doc["rows"]:
         assert {
             "backend",

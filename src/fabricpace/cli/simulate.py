@@ -317,7 +317,16 @@ def register(app: typer.Typer) -> None:
                 result.to_dict(), plan.out_dir, timeline_run=biggest[0]["run_dir"] if biggest else None
             )
         if fmt == "json":
-            typer.echo(json.dumps({"rows": result.rows}))
+            # Where the results are: with the default --out the folder name is only known here (it used
+            # to print the rows alone, so a script had to guess runs/study-TIME).
+            doc = {
+                "study_dir": str(plan.out_dir),
+                "study_json": str(plan.out_dir / "study.json"),
+                "figures": [str(p) for p in written],
+                "plan": result.to_dict()["plan"],
+                "rows": result.rows,
+            }
+            typer.echo(json.dumps(doc))
             return
         from rich.console import Console
 
