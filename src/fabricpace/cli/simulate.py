@@ -304,9 +304,20 @@ def register(app: typer.Typer) -> None:
         with _output(out, "study") as out_dir:
             plan = replace(plan, out_dir=out_dir)
             with stderr_progress() as bar:
+                # One bar for the points, named after the point now running (not the one just done),
+                # and one for that point's steps (sim backend: a 1,024-node point takes minutes).
                 task = bar.add_task(f"study ({backend})", total=total)
+                steps_task = bar.add_task("  steps", total=plan.steps, visible=backend == "sim")
+
+                def starting(label: str) -> None:
+                    bar.update(task, description=f"study: {label}")
+                    bar.reset(steps_task, total=plan.steps, visible=backend == "sim")
+
                 result = run_study(
-                    plan, progress=lambda label: bar.update(task, advance=1, description=label)
+                    plan,
+                    starting=starting,
+                    progress=lambda _label: bar.advance(task),
+                    steps_done=lambda n: bar.advance(steps_task, n),
                 )
         written = []
         if figures:

@@ -135,7 +135,15 @@ def _backend_module(name: str) -> Any:
         ) from exc
 
 
-def _sim_point(plan: StudyPlan, *, nodes: int, mode: str, seed: int, out_dir: Path) -> Path:
+def _sim_point(
+    plan: StudyPlan,
+    *,
+    nodes: int,
+    mode: str,
+    seed: int,
+    out_dir: Path,
+    steps_done: Callable[[int], None] | None = None,
+) -> Path:
     from fabricpace.sim import SimOptions, resolve_node_order, simulate
 
     # Both modes of a repeat launch in the same order (the same seed draws the same rendezvous).
@@ -152,6 +160,7 @@ def _sim_point(plan: StudyPlan, *, nodes: int, mode: str, seed: int, out_dir: Pa
         seed=seed,
         out_dir=out_dir,
         controller=controller,
+        progress=steps_done,
         options=SimOptions(window=plan.window),
         node_order=None if order is None else order.tolist(),
     )
@@ -176,12 +185,19 @@ def _make_controller(plan: StudyPlan, nodes: int, order: Any = None) -> Any:
     return Controller(len(leaves), policies=policies, leaves=leaves)
 
 
-def run_point(plan: StudyPlan, *, nodes: int, mode: str, repeat: int) -> dict[str, Any]:
-    """Run one point and summarize its run directory."""
+def run_point(
+    plan: StudyPlan,
+    *,
+    nodes: int,
+    mode: str,
+    repeat: int,
+    steps_done: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run one point and summarize its run directory (``steps_done(n)``: n more steps simulated; sim only)."""
     seed = plan.seed + repeat
     out = plan.out_dir / "runs" / f"{plan.backend}-n{nodes}-{mode}-r{repeat}"
     if plan.backend == "sim":
-        run_dir = _sim_point(plan, nodes=nodes, mode=mode, seed=seed, out_dir=out)
+        run_dir = _sim_point(plan, nodes=nodes, mode=mode, seed=seed, out_dir=out, steps_done=steps_done)
     else:
         mod = _backend_module(plan.backend)
         run_dir = Path(
@@ -244,16 +260,36 @@ def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, A
     return rows
 
 
-def run_study(plan: StudyPlan, *, progress: Callable[[str], None] | None = None) -> StudyResult:
-    """Run every point (progress called with a label after each) and write ``study.json``."""
+def point_label(plan: StudyPlan, nodes: int, mode: str, repeat: int) -> str:
+    """How progress names a point: ``sim 16 nodes paced #2`` (repeats count from 1)."""
+    return f"{plan.backend} {nodes} nodes {mode} #{repeat + 1}"
+
+
+def run_study(
+    plan: StudyPlan,
+    *,
+    progress: Callable[[str], None] | None = None,
+    starting: Callable[[str], None] | None = None,
+    steps_done: Callable[[int], None] | None = None,
+) -> StudyResult:
+    """Run every point and write ``study.json``.
+
+    ``starting(label)`` is called before a point runs and ``progress(label)`` after it, with the same
+    label (``point_label``); ``steps_done(n)`` as the sim backend finishes n more steps of the running
+    point. (A display that shows ``progress``'s label while the next point runs names the wrong point:
+    the study bar used to say "16 nodes baseline #1" for the whole of "16 nodes paced #1".)
+    """
     check_plan(plan)
     check_new_dir(plan.out_dir, what="study folder")
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     result = StudyResult(plan=plan)
     for nodes, mode, repeat in plan.points():
-        result.points.append(run_point(plan, nodes=nodes, mode=mode, repeat=repeat))
+        label = point_label(plan, nodes, mode, repeat)
+        if starting is not None:
+            starting(label)
+        result.points.append(run_point(plan, nodes=nodes, mode=mode, repeat=repeat, steps_done=steps_done))
         if progress is not None:
-            progress(f"{plan.backend} {nodes} nodes {mode} #{repeat + 1}")
+            progress(label)
     result.rows = aggregate(plan, result.points)
     tmp = plan.out_dir / f".study.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
