@@ -107,6 +107,25 @@ def set_uplink_rate(cfg: LabConfig, bps: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- up
+def live_processes(prefix: str) -> list[dict[str, Any]]:
+    """The processes recorded in the lab's state that still run (same PID and kernel start time)."""
+    st = state.read(prefix)
+    if st is None:
+        return []
+    return [p for p in st["pids"] if state.proc_start_time(p["pid"]) == p["start"]]
+
+
+def refuse_if_busy(prefix: str, doing: str) -> None:
+    """InputError when a run still uses the lab: ``doing`` would end its ranks (down ends them all)."""
+    busy = live_processes(prefix)
+    if busy:
+        who = ", ".join(f"{p['what']} PID {p['pid']}" for p in busy[:4]) + (", ..." if len(busy) > 4 else "")
+        raise InputError(
+            f"lab {prefix} is in use by a running lab run ({who}); {doing} would end it: wait for it to "
+            f"finish, use another --prefix, or stop it with `fabricpace lab down --prefix {prefix}`"
+        )
+
+
 def _add_ns(prefix: str, name: str) -> None:
     with state.locked(prefix) as st:
         if name not in st["namespaces"]:
@@ -166,6 +185,7 @@ def up(cfg: LabConfig) -> dict[str, Any]:
         if not problems:
             return status(cfg.prefix) | {"action": "already up"}
     if current or list_namespaces(cfg.prefix) or _root_links(cfg.prefix):
+        refuse_if_busy(cfg.prefix, f"rebuilding it as {cfg.nodes} nodes on {cfg.leaves} leaves")
         down(cfg.prefix)
     with state.locked(cfg.prefix) as st:
         st.update(state.empty_state())

@@ -310,6 +310,9 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
                         uplink_bps=parse_rate(sc.fabric.uplink),
                         node_link_bps=parse_rate(sc.fabric.node_link))
         rank_node = placement(world, cfg, sc.placement)
+        # A second run in the same lab would share its namespaces and rendezvous port (or, with another
+        # shape, rebuild the lab under the first run's ranks): refuse before anything is written.
+        fabric.refuse_if_busy(prefix, "starting another run in it")
     elif backend == "local":
         rank_node = list(range(world))
         prefix = LOCAL_PREFIX
