@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -89,11 +90,24 @@ def _default_warmup(steps: int, sc: Any) -> int:
     return min(wanted, max(steps - 2, 0))
 
 
+def _throughput_decimals(value: float) -> int:
+    """Decimals that show at least four significant digits of a throughput (none from 1,000 up).
+
+    Integers only used to print a 7B model's 14.6 samples/s as "15 ± 0" (and 29.1 as "29"), so the
+    printed numbers disagreed with the printed efficiency and the CI vanished."""
+    if not math.isfinite(value) or abs(value) >= 1000:
+        return 0
+    if abs(value) < 1e-3:
+        return 3
+    return min(3, 3 - math.floor(math.log10(abs(value))))
+
+
 def _fmt_ci(row: dict[str, Any]) -> str:
+    d = _throughput_decimals(row["throughput"])
     ci = row.get("throughput_ci")
     if not ci:
-        return f"{row['throughput']:.0f}"
-    return f"{row['throughput']:.0f} ± {(ci[1] - ci[0]) / 2:.0f}"
+        return f"{row['throughput']:.{d}f}"
+    return f"{row['throughput']:.{d}f} ± {(ci[1] - ci[0]) / 2:.{d}f}"
 
 
 def _fmt_delta(row: dict[str, Any]) -> str:
