@@ -318,9 +318,62 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
         prefix = LOCAL_PREFIX
     else:
         raise InputError(f"--backend {backend!r}: choose lab or local")
+    created = _first_missing(out)
     scratch = _prepare_out(out)
-    if cfg is not None:
-        fabric.up(cfg)
+    run = _Run()
+    try:
+        if cfg is not None:
+            fabric.up(cfg)
+        t0 = time.time()
+        _run_ranks(sc, run, out=out, cfg=cfg, world=world, steps=steps, pacing=pacing, seed=seed,
+                   prefix=prefix, rank_node=rank_node, progress=progress, deadline_s=deadline_s)
+    except BaseException as exc:
+        # An interrupt or a failed run leaves nothing: the half-written run directory would block the
+        # same --out next time. Only a run whose ranks failed keeps their logs (the error names them).
+        keep_logs = isinstance(exc, LabError) and bool(run.procs)
+        _discard(out, scratch, created, keep_logs=keep_logs)
+        raise
+    _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
+              seed=seed)
+    return {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
+            "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
+
+
+def _first_missing(out: Path) -> Path | None:
+    """The topmost folder of ``out``'s path that does not exist yet (what a failed run removes)."""
+    missing = None
+    for p in [out, *out.parents]:
+        if p.exists() or p.is_symlink():
+            break
+        missing = p
+    return missing
+
+
+def _discard(out: Path, scratch: Path, created: Path | None, *, keep_logs: bool) -> None:
+    """Undo ``_prepare_out`` and what the ranks wrote: ``out`` was absent or empty before the run."""
+    if out.is_dir() and not out.is_symlink():
+        if created is not None and (out == created or created in out.parents):
+            shutil.rmtree(out, ignore_errors=True)
+        else:  # the user's own empty folder stays, empty
+            for child in list(out.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+    if not keep_logs:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if created is not None and created != out:
+        for folder in [out.parent, *out.parent.parents]:  # parents the run made, when empty again
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+            if folder == created:
+                break
+
+
+def _run_ranks(sc: Scenario, run: _Run, *, out: Path, cfg: LabConfig | None, world: int, steps: int,
+               pacing: str, seed: int, prefix: str, rank_node: list[int], progress: bool,
+               deadline_s: float | None) -> None:
+    """Start the ranks, apply the faults, wait for them; always end them and restore the lab."""
     deadline = deadline_s or 90.0 + 1.5 * steps
     th = sc.faults.throttle
     use_cgroup = th is not None and os.geteuid() == 0 and cgroup.available()
@@ -329,8 +382,6 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
         # No cgroups (not root): the same straggler, made by extra compute instead of a CPU quota.
         slow = (",".join(str(r) for r in th.ranks), 4.0)
     args = worker_args(sc, run_dir=out, steps=steps, pacing=pacing, seed=seed, slow=slow)
-    run = _Run()
-    t0 = time.time()
     try:
         _spawn_workers(sc, run, world=world, out=out, args=args, cfg=cfg, rank_node=rank_node)
         throttle = (lambda: _throttle(run, th.ranks, th.cpus, prefix, world)) if th and use_cgroup else None
@@ -342,8 +393,4 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
             fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
     if not (out / "manifest.json").is_file():
         raise LabError(f"scenario {sc.name}: the ranks finished but wrote no run directory at {out}; "
-                       f"logs in {scratch}")
-    _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
-              seed=seed)
-    return {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
-            "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
+                       f"logs in {scratch_dir(out)}")
