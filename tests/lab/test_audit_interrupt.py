@@ -72,3 +72,45 @@ def test_a_failed_run_keeps_only_the_logs_it_names(half_started, tmp_path):
         launcher.run_scenario(load_scenario("healthy"), out=out, backend="local", steps=10)
     assert not out.exists()  # the same --out works again
     assert _files(tmp_path) == [".run.lab", ".run.lab/logs", ".run.lab/logs/rank-00000.log"]
+
+
+_KILLED_RUN = """
+import os, signal, sys, time
+from pathlib import Path
+from fabricpace.lab import launcher
+from fabricpace.lab.scenario import load_scenario
+
+def spawn(sc, run, *, world, out, args, cfg, rank_node):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").write_text("{}")
+    run.procs.append(object())
+
+def wait(*args, **kwargs):
+    os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+    time.sleep(30)
+
+launcher._spawn_workers, launcher._wait = spawn, wait
+launcher._cleanup = lambda run, cfg, prefix: print("cleanup ran", flush=True)
+try:
+    launcher.run_scenario(load_scenario("healthy"), out=Path(sys.argv[1]), backend="local", steps=10)
+except KeyboardInterrupt as exc:
+    print("interrupted by", exc, flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_kill_or_hangup_cleans_up_like_ctrl_c(tmp_path, sig):
+    """Measured before: ``kill`` (SIGTERM) 20 s into a throttled-rank run killed the launcher at once;
+    its 4 ranks trained on as orphans, the cgroup fpa-lab/rank1 and the run directory stayed."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = dict(os.environ, FABRICPACE_LAB_STATE_DIR=str(tmp_path / "state"))
+    r = subprocess.run([sys.executable, "-c", _KILLED_RUN, str(out), sig], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 130, (r.returncode, r.stdout, r.stderr)
+    assert "cleanup ran" in r.stdout and f"interrupted by {sig}" in r.stdout
+    assert _files(tmp_path) == []

@@ -17,8 +17,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,22 +322,48 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
     created = _first_missing(out)
     scratch = _prepare_out(out)
     run = _Run()
-    try:
-        if cfg is not None:
-            fabric.up(cfg)
-        t0 = time.time()
-        _run_ranks(sc, run, out=out, cfg=cfg, world=world, steps=steps, pacing=pacing, seed=seed,
-                   prefix=prefix, rank_node=rank_node, progress=progress, deadline_s=deadline_s)
-    except BaseException as exc:
-        # An interrupt or a failed run leaves nothing: the half-written run directory would block the
-        # same --out next time. Only a run whose ranks failed keeps their logs (the error names them).
-        keep_logs = isinstance(exc, LabError) and bool(run.procs)
-        _discard(out, scratch, created, keep_logs=keep_logs)
-        raise
+    with _stop_signals_interrupt():
+        try:
+            if cfg is not None:
+                fabric.up(cfg)
+            t0 = time.time()
+            _run_ranks(sc, run, out=out, cfg=cfg, world=world, steps=steps, pacing=pacing, seed=seed,
+                       prefix=prefix, rank_node=rank_node, progress=progress, deadline_s=deadline_s)
+        except BaseException as exc:
+            # An interrupt or a failed run leaves nothing: the half-written run directory would block
+            # the same --out next time. Only a run whose ranks failed keeps their logs (the error
+            # names them).
+            keep_logs = isinstance(exc, LabError) and bool(run.procs)
+            _discard(out, scratch, created, keep_logs=keep_logs)
+            raise
     _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
               seed=seed)
     return {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
             "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``kill``, ``timeout``, a closed terminal) end the run like Ctrl-C does.
+
+    Python's default for both is to die at once: the ranks trained on as orphans, the throttled
+    rank's cgroup and the half-written run directory stayed. As KeyboardInterrupt they take the
+    same cleanup path as Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # A signal set to be ignored (nohup) stays ignored: that user wants the run to outlive the terminal.
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _first_missing(out: Path) -> Path | None:
