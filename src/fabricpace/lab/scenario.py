@@ -22,8 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fabricpace._errors import ConfigError
-from fabricpace._yaml import parse_yaml, validate
+from fabricpace._errors import ConfigError, InputError
+from fabricpace._yaml import parse_yaml, read_text, validate
 from fabricpace.lab.config import parse_rate
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "lab_scenarios"
@@ -31,6 +31,15 @@ SHIPPED = Path(__file__).resolve().parent.parent / "data" / "lab_scenarios"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_rate(v: str) -> str:
+    """A tc rate; a ValueError (not InputError) so the message names the file and the field."""
+    try:
+        parse_rate(v)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return v
 
 
 class FabricSpec(_Strict):
@@ -41,8 +50,7 @@ class FabricSpec(_Strict):
     @field_validator("uplink", "node_link")
     @classmethod
     def _rate(cls, v: str) -> str:
-        parse_rate(v)
-        return v
+        return _check_rate(v)
 
 
 class WorkloadSpec(_Strict):
@@ -55,12 +63,12 @@ class WorkloadSpec(_Strict):
 
 
 class ThrottleSpec(_Strict):
-    ranks: list[int]
-    cpus: float = Field(0.05, gt=0.0, le=64.0)
+    ranks: list[int] = Field(..., min_length=1)  # [] was a fault that did nothing
+    cpus: float = Field(0.05, ge=0.01, le=64.0)  # the cgroup quota's bound (it failed mid-run below it)
 
 
 class GcNoiseSpec(_Strict):
-    ranks: Literal["all"] | list[int] = "all"
+    ranks: Literal["all"] | list[int] = Field("all", min_length=1)
     heap: int = Field(300_000, ge=0)
     churn: int = Field(20_000, ge=1)
     lifetime: int = Field(3, ge=1)
@@ -79,8 +87,7 @@ class UplinkChangeSpec(_Strict):
     @field_validator("rate")
     @classmethod
     def _rate(cls, v: str) -> str:
-        parse_rate(v)
-        return v
+        return _check_rate(v)
 
 
 class FaultsSpec(_Strict):
@@ -114,8 +121,16 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         text = (SHIPPED / f"{text_name}.yaml").read_text()
     else:
         path = Path(name_or_path)
+        if path.is_dir():
+            raise ConfigError(f"--scenario {text_name!r}: is a folder; give a scenario YAML file or one of "
+                              f"{', '.join(shipped_names())}")
         if not path.is_file():
             raise ConfigError(f"--scenario {text_name!r}: not a shipped scenario "
                               f"({', '.join(shipped_names())}) and no such file")
-        source, text = str(path), path.read_text()
-    return validate(Scenario, parse_yaml(text, source=source), source=source, docs="docs/lab.md")
+        source, text = str(path), read_text(path, what="scenario file")
+    sc = validate(Scenario, parse_yaml(text, source=source), source=source, docs="docs/lab.md")
+    if sc.faults.foreign_flow is not None and sc.fabric.leaves < 2:
+        # It runs between the first and last leaf; on one leaf the run failed after its ranks started.
+        raise ConfigError(f"{source}: field 'faults.foreign_flow': it crosses the uplink between two "
+                          "leaves; set fabric.leaves to 2 or more, or remove the foreign flow")
+    return sc
