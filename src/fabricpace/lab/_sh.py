@@ -37,7 +37,9 @@ def ok(args: Sequence[str], *, timeout: float = 30.0) -> bool:
 def lab_unavailable_reason() -> str | None:
     """Why the lab cannot run here (None when it can): root, iproute2 and network namespaces are needed."""
     if os.geteuid() != 0:
-        return "the fabric lab needs root (network namespaces, tc, cgroups); use --backend local instead"
+        # `lab up`/`down`/`status`/`measure` have no --backend: say where it exists.
+        return ("the fabric lab needs root (network namespaces, tc, cgroups): run it with sudo, or without "
+                "root use `fabricpace lab run --backend local`")
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"the fabric lab needs `{tool}` (iproute2); install it or use --backend local"
