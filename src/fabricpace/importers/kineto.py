@@ -273,42 +273,48 @@ def import_kineto(
     if on_total is not None:
         on_total(sum(p.stat().st_size for p in files))
     with staged_dir(out) as tmp:
-        ranks_seen: dict[int, Path] = {}
-        world_sizes: set[int] = set()
+        ranks_seen: dict[int, list[Path]] = {}
+        pids: dict[int, int | None] = {}
+        world_sizes: dict[int, Path] = {}
         hosts: dict[int, str | None] = {}
         writer = RunWriter(tmp, Manifest(source="import:kineto", world_size=len(files), nodes=1,
                                          gpus_per_node=len(files)))
         origin: int | None = None
         stats = {"events": 0, "collectives": 0, "ops": 0, "gpu_collectives": False}
-        all_tables: list[RankTables] = []
+        by_rank: dict[int, RankTables] = {}
         for path in files:
             trace = parse_trace(path, progress=_progress_in_compressed(path, progress))
             assert trace.rank is not None
-            if trace.rank in ranks_seen:
-                raise RunDirError(
-                    f"{src}: rank {trace.rank} appears twice ({ranks_seen[trace.rank].name} and "
-                    f"{path.name}); pass one trace per rank"
-                )
-            ranks_seen[trace.rank] = path
             if trace.world_size is not None:
-                world_sizes.add(trace.world_size)
-            hosts[trace.rank] = trace.host
+                if world_sizes and trace.world_size not in world_sizes:
+                    other, other_path = next(iter(world_sizes.items()))
+                    raise RunDirError(
+                        f"{src}: traces of different jobs ({other_path.name}: world_size {other}, "
+                        f"{path.name}: world_size {trace.world_size}); import one job at a time "
+                        "(move the other job's files to their own folder)"
+                    )
+                world_sizes.setdefault(trace.world_size, path)
             tables = build_tables(trace, keep_ops=config.ops)
+            prev = by_rank.get(trace.rank)
+            if prev is not None:
+                # Several files of one rank: the profiler's cycles (schedule repeat > 1) of one
+                # process are merged; anything else is another run's trace of this rank.
+                _check_same_process(src, trace.rank, ranks_seen[trace.rank][-1], path,
+                                    pids[trace.rank], trace.pid, prev, tables)
+            ranks_seen.setdefault(trace.rank, []).append(path)
+            pids.setdefault(trace.rank, trace.pid)
+            hosts.setdefault(trace.rank, trace.host)
             stats["events"] += trace.events
             stats["gpu_collectives"] = stats["gpu_collectives"] or len(trace.comm_kernels.ts) > 0
             first = int(tables.steps["t_start_ns"].min())
             origin = first if origin is None else min(origin, first)
             if tables.ops is not None:  # ops can be large: write now, shift when finalizing
-                _write_ops(tmp, tables.rank, tables.ops)
+                _write_ops(tmp, tables.rank, tables.ops, part=len(ranks_seen[trace.rank]) - 1)
                 stats["ops"] += len(tables.ops["rank"])
                 tables.ops = None
-            all_tables.append(tables)
+            by_rank[trace.rank] = tables if prev is None else _concat(prev, tables)
             del trace
-        if len(world_sizes) > 1:
-            raise RunDirError(
-                f"{src}: traces of different jobs (distributedInfo.world_size {sorted(world_sizes)}); "
-                "import one job at a time"
-            )
+        all_tables = [by_rank[r] for r in sorted(by_rank)]
         assert origin is not None
         _number_collectives(all_tables)
         for t in all_tables:
@@ -344,7 +350,7 @@ def import_kineto(
             "pp_stage": [None] * len(rank_ids), "tp_rank": [None] * len(rank_ids),
             "numa": [None] * len(rank_ids), "gpu": [None] * len(rank_ids), "nic": [None] * len(rank_ids),
             "clock_offset_ns": [0] * len(rank_ids), "clock_err_ns": [None] * len(rank_ids),
-            "trace_file": [ranks_seen[r].name for r in rank_ids],
+            "trace_file": [", ".join(p.name for p in ranks_seen[r]) for r in rank_ids],
         })
         node_from = "unknown"
         if node[0] is not None:
@@ -357,12 +363,41 @@ def import_kineto(
             import_format="kineto",
             sources=[str(p) for p in files],
             job_world_size=max(world_sizes) if world_sizes else None,
+            profiler_cycles=max(len(v) for v in ranks_seen.values()),
             origin_abs_ns=origin,
             collectives_from="gpu kernels" if stats["gpu_collectives"] else "cpu ops",
             events=stats["events"],
             node_from=node_from,
         )
     return Path(out)
+
+
+def _check_same_process(
+    src: str | Path, rank: int, first: Path, path: Path, pid_a: int | None, pid_b: int | None,
+    a: RankTables, b: RankTables,
+) -> None:
+    """Refuse a second trace of ``rank`` unless it is another profiler cycle of the same process."""
+    steps_a, steps_b = set(a.steps["step"].tolist()), set(b.steps["step"].tolist())
+    shared = sorted(steps_a & steps_b)
+    if pid_a is not None and pid_b is not None and pid_a != pid_b:
+        why = f"processes {pid_a} and {pid_b}"
+    elif shared:
+        why = f"both hold ProfilerStep#{shared[0]}"
+    else:
+        return
+    raise RunDirError(
+        f"{src}: rank {rank} appears twice ({first.name} and {path.name}; {why}): traces of different "
+        "runs; import one run at a time (move the other run's files to their own folder)"
+    )
+
+
+def _concat(a: RankTables, b: RankTables) -> RankTables:
+    """One rank's tables from two profiler cycles (disjoint steps), steps in step order."""
+    steps = {k: np.concatenate([a.steps[k], b.steps[k]]) for k in a.steps}
+    order = np.argsort(steps["step"], kind="stable")
+    steps = {k: v[order] for k, v in steps.items()}
+    coll = {k: np.concatenate([a.collectives[k], b.collectives[k]]) for k in a.collectives}
+    return RankTables(rank=a.rank, steps=steps, collectives=coll, ops=None)
 
 
 def _local_ranks(node: list[int | None]) -> list[int | None]:
@@ -399,7 +434,7 @@ def _progress_in_compressed(
     return scaled
 
 
-def _write_ops(run_dir: Path, rank: int, ops: dict[str, Any]) -> None:
+def _write_ops(run_dir: Path, rank: int, ops: dict[str, Any], *, part: int = 0) -> None:
     """One rank's ops as a Parquet part with a dictionary-encoded op column (same layout as RunWriter)."""
     table = pa.table({
         "rank": pa.array(ops["rank"], pa.int32()),
@@ -409,7 +444,7 @@ def _write_ops(run_dir: Path, rank: int, ops: dict[str, Any]) -> None:
         "t_start_ns": pa.array(ops["t_start_ns"], pa.int64()),
         "dur_ns": pa.array(ops["dur_ns"], pa.int64()),
     })
-    write_table_atomic(run_dir / "ops" / f"rank-{rank:05d}" / "part-000000.parquet", table)
+    write_table_atomic(run_dir / "ops" / f"rank-{rank:05d}" / f"part-{part:06d}.parquet", table)
 
 
 def _shift_ops(run_dir: Path, origin: int) -> None:

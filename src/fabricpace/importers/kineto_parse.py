@@ -117,6 +117,7 @@ class RankTrace:
     cpu_comm_group: dict[str, array] = field(default_factory=lambda: {k: array("l") for k in _CPU_KINDS})
     data: _Cols = field(default_factory=_Cols)
     events: int = 0
+    pid: int | None = None  # process id of the ProfilerStep events: tells one process's cycles apart
 
     def name_id(self, name: str) -> int:
         i = self.names.get(name)
@@ -347,6 +348,8 @@ def _consume(events: Any, trace: RankTrace) -> None:
                     continue  # aten::*, autograd::*, ... (the bulk of a trace)
                 if name.startswith("ProfilerStep#"):
                     cpu_steps.add(float(ev["ts"]), float(ev.get("dur", 0.0)), _step_number(name))
+                    if trace.pid is None:
+                        trace.pid = _int_or_none(ev.get("pid"))
                 elif name.startswith(_CPU_KINDS):
                     kind = next(k for k in _CPU_KINDS if name.startswith(k))
                     ts, dur = float(ev["ts"]), float(ev.get("dur", 0.0))
