@@ -225,7 +225,9 @@ def _cpu_collectives(trace: RankTrace) -> tuple[np.ndarray, ...]:
     if len(trace.cpu_comm["gloo:"].ts):
         ts, dur, name, nbytes, group = cols("gloo:")
         if issue is not None and len(trace.cpu_comm[issue].ts) == len(ts):
-            _, _, name, nbytes, group = cols(issue)
+            _, _, name, issue_bytes, group = cols(issue)
+            # the issuing op's bytes when it has them, else the gloo span's own (record_shapes)
+            nbytes = np.where(issue_bytes >= 0, issue_bytes, nbytes)
         return ts, dur, name, nbytes, group
     if issue is not None:
         return cols(issue)

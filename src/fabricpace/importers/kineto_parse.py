@@ -262,9 +262,31 @@ def _comm_meta(args: Any, trace: RankTrace) -> tuple[int, int, int]:
         n_in, n_out = args.get("In msg nelems"), args.get("Out msg nelems")
         n = max(v for v in (n_in, n_out, 0) if isinstance(v, int | float))
         nbytes = int(n) * size if n > 0 else -1
+    if nbytes < 0:
+        nbytes = _shape_bytes(args)
     coll = args.get("Collective name")
     op = trace.name_id(canonical_op(str(coll))) if coll else -1
     return nbytes, trace.name_id("group:" + str(group)), op
+
+
+def _shape_bytes(args: dict[str, Any]) -> int:
+    """Bytes of the tensors in ``Input Dims`` × ``Input type`` (record_shapes=True), -1 if unknown.
+
+    gloo's ``gloo:*`` spans carry no NCCL metadata but, with shapes recorded, their input tensor (the
+    flattened DDP bucket: ``'Input Dims': [[68362]], 'Input type': ['float']``).
+    """
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return -1
+    total = 0
+    for d, t in zip(dims, types, strict=True):
+        size = DTYPE_BYTES.get(str(t).lower())
+        if size is None or not isinstance(d, list) or not d:
+            continue
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
+            continue
+        total += size * int(np.prod(d, dtype=np.int64))
+    return total if total > 0 else -1
 
 
 def parse_trace(path: Path, *, progress: Callable[[int], None] | None = None) -> RankTrace:
