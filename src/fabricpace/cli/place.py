@@ -3,13 +3,17 @@
     fabricpace place --cluster roce-leaf-spine-2to1 --hosts hosts.txt
     fabricpace place --cluster my.yaml --hosts hosts.txt --bytes 5G --out hosts.placed --format json
 
-The hosts file lists one host per line in today's rank order, MPI/DeepSpeed style:
-``HOST [slots=N] [max_slots=M] [node=K] [leaf=L]`` (``#`` starts a comment). A host's leaf is ``leaf=L``
+The hosts file lists one host per line in today's rank order, as the launcher reads it:
+``HOST [slots=N] [max_slots=M] [node=K] [leaf=L]`` (Open MPI, DeepSpeed), ``HOST:N [node=K] [leaf=L]``
+(MPICH, Intel MPI) or a bare ``HOST`` (``#`` starts a comment; a comment made only of ``leaf=``/``node=``
+tags is read as tags, which is how the proposed hostfile keeps them). A host's leaf is ``leaf=L``
 when given, else the cluster's leaf of ``node=K``, else the leaf of the node at the host's line
 position — an order that is packed by construction, so without ``leaf=``/``node=`` the command can only
 say that it was told nothing to improve (and says so). The
 proposed order groups hosts by leaf (stable), which minimizes the ring edges that cross the spine;
-the expected cross-leaf traffic uses a ring all-reduce over the nodes (2(n-1)/n x S per edge).
+the expected cross-leaf traffic uses a ring all-reduce over the ranks (2(N-1)/N x S per edge, N the sum
+of the slots; one rank per host when the file gives none). The proposed hostfile is written in the
+input's format, so the launcher takes it as it is; ``--keep-tags`` keeps the tags after ``#``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,19 @@ from fabricpace.cli._common import check_format, check_writable, count, parse_si
 
 _FIELD = re.compile(r"^(slots|max_slots|node)=(\d+)$")
 _LEAF = re.compile(r"^leaf=([^\s=]+)$")  # a number or a switch name (ib-leaf-07): only equality matters
-_SYNTAX = "expected 'HOST [slots=N] [max_slots=M] [node=K] [leaf=L]'"
+_MPICH = re.compile(r"^([^:\s]+):(\d+)$")  # MPICH / Intel MPI (Hydra): HOST:N
+_NAME = re.compile(r"^[A-Za-z0-9_.@-]+$")  # a host name or address; Open MPI also allows user@host
+_TAG = re.compile(r"^(?:leaf=[^\s=]+|node=\d+)$")  # what a proposed hostfile keeps in its comments
+_SYNTAX = "expected 'HOST [slots=N] [max_slots=M] [node=K] [leaf=L]' or 'HOST:N'"
+HOSTS_SYNTAX = (
+    "Hosts file: one host per line in today's rank order, as the launcher reads it: Open MPI / DeepSpeed "
+    "'HOST slots=N' (max_slots=M too), MPICH / Intel MPI 'HOST:N', or a bare 'HOST' (one name per line, "
+    "as 'scontrol show hostnames' prints). Add 'leaf=L' (the leaf switch's number or name) or 'node=K' "
+    "(the host's node index in the cluster file) to every line, on the line or after '#', to compare "
+    "with the real topology; without them host i is taken to be node i. The proposed hostfile is "
+    "written in the same format; --keep-tags keeps the tags after '#', where launchers ignore them "
+    "and place reads them again."
+)
 
 
 @dataclass(frozen=True)
@@ -37,13 +53,36 @@ class Host:
     leaf: str | None
     line: int
     max_slots: int | None = None
+    mpich: bool = False  # written HOST:N
 
-    def render(self) -> str:
-        return (
-            self.name
-            + (f" slots={self.slots}" if self.slots is not None else "")
-            + (f" max_slots={self.max_slots}" if self.max_slots is not None else "")
+    def render(self, *, tags: bool = False) -> str:
+        if self.mpich:
+            text = f"{self.name}:{self.slots}"
+        else:
+            text = (
+                self.name
+                + (f" slots={self.slots}" if self.slots is not None else "")
+                + (f" max_slots={self.max_slots}" if self.max_slots is not None else "")
+            )
+        # Tags ride in a comment: launchers skip it (Open MPI, DeepSpeed, Hydra), place reads it back.
+        kept = (f" node={self.node}" if self.node is not None else "") + (
+            f" leaf={self.leaf}" if self.leaf is not None else ""
         )
+        return text + (f"  #{kept}" if kept and tags else "")
+
+
+def _bad_name(path: Path, i: int, name: str) -> InputError:
+    if "," in name:
+        fix = "a comma-separated list is not a hosts file; write one host per line (tr , '\\n' < list)"
+    elif "[" in name:
+        fix = f"a Slurm node list; expand it with scontrol show hostnames '{name}' > hosts.txt"
+    elif ":" in name:
+        fix = "MPICH hostfiles write HOST:N with N the number of processes (node01:8)"
+    elif "=" in name:
+        fix = "the host name comes first on the line"
+    else:
+        fix = "a host name has only letters, digits, '.', '-', '_' (and user@ for Open MPI)"
+    return InputError(f"{path}:{i}: cannot read host {name!r}; {fix}")
 
 
 def parse_hosts(path: Path) -> list[Host]:
@@ -58,32 +97,103 @@ def parse_hosts(path: Path) -> list[Host]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the hosts file ({exc.strerror or exc})") from exc
     hosts: list[Host] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
+    nodes: dict[int, int] = {}
     for i, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
+        line, _, comment = raw.partition("#")
+        line = line.strip()
         if not line:
             continue
         name, *rest = line.split()
+        # A proposed hostfile keeps leaf=/node= after '#': read them back; other comments stay comments.
+        tail = comment.split()
+        if tail and all(_TAG.match(t) for t in tail):
+            rest += tail
+        mpich = _MPICH.match(name)
+        if mpich is not None:
+            name = mpich.group(1)
+        if not _NAME.match(name):
+            raise _bad_name(path, i, name)
         vals: dict[str, int] = {}
         leaf: str | None = None
         for tok in rest:
             m = _FIELD.match(tok)
-            if m is not None:
-                vals[m.group(1)] = int(m.group(2))
-                continue
             lm = _LEAF.match(tok)
-            if lm is None:
+            if m is None and lm is None:
                 raise InputError(f"{path}:{i}: cannot read {tok!r}; {_SYNTAX}")
-            leaf = lm.group(1)
+            key = m.group(1) if m is not None else "leaf"
+            if key in vals or (key == "leaf" and leaf is not None):
+                raise InputError(f"{path}:{i}: {key}= is given twice; give it once")
+            if m is not None:
+                vals[key] = int(m.group(2))
+            elif lm is not None:
+                leaf = lm.group(1)
+        if mpich is not None:
+            if "slots" in vals or "max_slots" in vals:
+                raise InputError(
+                    f"{path}:{i}: {line!r} gives both HOST:N (MPICH) and slots=; use one of them"
+                )
+            vals["slots"] = int(mpich.group(2))
+        field = f"{name}:{vals.get('slots')}" if mpich is not None else f"slots={vals.get('slots')}"
+        if vals.get("slots") == 0:
+            raise InputError(
+                f"{path}:{i}: {field}: a host with no slots runs no rank; remove the line or give N >= 1"
+            )
+        if "max_slots" in vals and vals["max_slots"] < vals.get("slots", 1):
+            raise InputError(
+                f"{path}:{i}: max_slots={vals['max_slots']} is below slots={vals.get('slots', 1)}; "
+                "max_slots must be at least slots"
+            )
         if name in seen:
-            raise InputError(f"{path}:{i}: host {name!r} listed twice; list each host once (use slots=N)")
-        seen.add(name)
+            how = "HOST:N" if mpich is not None else "slots=N"
+            raise InputError(
+                f"{path}:{i}: host {name!r} listed twice (first on line {seen[name]}); list each host "
+                f"once (use {how})"
+            )
+        seen[name] = i
+        if "node" in vals:
+            if vals["node"] in nodes:
+                raise InputError(
+                    f"{path}:{i}: node={vals['node']} is also on line {nodes[vals['node']]}; each host is "
+                    "a different node of the cluster: give each its own node=K"
+                )
+            nodes[vals["node"]] = i
         hosts.append(
-            Host(name, vals.get("slots"), vals.get("node"), leaf, i, vals.get("max_slots"))
+            Host(name, vals.get("slots"), vals.get("node"), leaf, i, vals.get("max_slots"), mpich is not None)
         )
     if not hosts:
         raise InputError(f"{path}: no hosts; write one host per line, e.g. 'node01 slots=8'")
+    _check_consistent(hosts, path)
     return hosts
+
+
+def _check_consistent(hosts: list[Host], path: Path) -> None:
+    """One format, slots on every line or none, topology tags on every line or none."""
+    first = hosts[0]
+    for h in hosts[1:]:
+        if h.mpich != first.mpich and h.slots is not None and first.slots is not None:
+            a, b = (first, h) if first.mpich else (h, first)
+            raise InputError(
+                f"{path}:{h.line}: line {a.line} writes {a.name}:{a.slots} (MPICH) and line {b.line} "
+                f"slots={b.slots} (Open MPI); a launcher reads one format: write every line the same way"
+            )
+        if (h.slots is None) != (first.slots is None):
+            with_, without = (first, h) if first.slots is not None else (h, first)
+            given = f"{with_.name}:{with_.slots}" if with_.mpich else f"slots={with_.slots}"
+            how = "HOST:N" if with_.mpich else "slots=N"
+            raise InputError(
+                f"{path}:{without.line}: no process count here, but line {with_.line} gives {given}; "
+                f"give {how} on every line or on none"
+            )
+        tagged, first_tagged = h.leaf is not None or h.node is not None, first.leaf is not None or (
+            first.node is not None
+        )
+        if tagged != first_tagged:
+            untagged, other = (h, first) if first_tagged else (first, h)
+            raise InputError(
+                f"{path}:{untagged.line}: no leaf=L or node=K here, but line {other.line} has one; "
+                "tag every line (or none: then host i is taken to be node i)"
+            )
 
 
 def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[str]:
@@ -92,20 +202,48 @@ def host_leaves(hosts: list[Host], cluster: object, path: Path) -> list[str]:
 
     leaves: list[str] = []
     n_nodes = int(getattr(cluster, "nodes", 0))
+    name = getattr(cluster, "name", "?")
+    if len(hosts) > n_nodes:
+        raise InputError(
+            f"{path}:{hosts[n_nodes].line}: host {n_nodes + 1} of {len(hosts)}, but cluster {name!r} has "
+            f"{n_nodes} nodes; use a larger cluster file (nodes: {len(hosts)}) or fewer hosts"
+        )
     for pos, h in enumerate(hosts):
-        if h.leaf is not None:
-            leaves.append(h.leaf)
-            continue
         node = h.node if h.node is not None else pos
-        if node >= n_nodes:
+        if h.leaf is None or h.node is not None:
+            if node >= n_nodes:
+                raise InputError(
+                    f"{path}:{h.line}: node {node} is outside the cluster's {n_nodes} nodes; "
+                    "add node=K or leaf=L, or use a larger cluster file"
+                )
+            try:
+                of_node = str(int(cluster.leaf_of(node)))  # type: ignore[attr-defined]
+            except ConfigError as exc:
+                raise InputError(f"{path}:{h.line}: {exc}") from exc
+            if h.leaf is not None and h.leaf.isdigit() and h.leaf != of_node:
+                raise InputError(
+                    f"{path}:{h.line}: leaf={h.leaf} but node={h.node} is on leaf {of_node} of cluster "
+                    f"{name!r}; give one of them, or fix the one that is wrong"
+                )
+        leaves.append(h.leaf if h.leaf is not None else of_node)
+    n_leaves = int(getattr(cluster, "leaves", 1))
+    per_leaf = int(getattr(cluster, "nodes_per_leaf", n_nodes))
+    used: dict[str, list[Host]] = {}
+    for h, leaf in zip(hosts, leaves, strict=True):
+        used.setdefault(leaf, []).append(h)
+    if len(used) > n_leaves:
+        second = next(hs[0] for hs in used.values() if hs[0] is not hosts[0])
+        what = "one switch" if n_leaves == 1 else f"{n_leaves} leaves"
+        raise InputError(
+            f"{path}:{second.line}: leaf={leaves[hosts.index(second)]} makes {len(used)} leaves, but "
+            f"cluster {name!r} has {what}; use a cluster file with the hosts' leaf-spine topology"
+        )
+    for leaf, hs in used.items():
+        if len(hs) > per_leaf:
             raise InputError(
-                f"{path}:{h.line}: node {node} is outside the cluster's {n_nodes} nodes; "
-                "add node=K or leaf=L, or use a larger cluster file"
+                f"{path}:{hs[per_leaf].line}: {len(hs)} hosts on leaf {leaf}, but cluster {name!r} has "
+                f"{per_leaf} nodes per leaf; fix leaf= or use a cluster file with nodes_per_leaf: {len(hs)}"
             )
-        try:
-            leaves.append(str(int(cluster.leaf_of(node))))  # type: ignore[attr-defined]
-        except ConfigError as exc:
-            raise InputError(f"{path}:{h.line}: {exc}") from exc
     return leaves
 
 
@@ -124,19 +262,24 @@ def _human(n: float) -> str:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
-    @app.command()
+    @app.command(epilog=HOSTS_SYNTAX)
     def place(
         cluster: str = typer.Option(..., "--cluster", help="cluster preset name or YAML file"),
-        hosts: Path = typer.Option(..., "--hosts", help="hosts file in today's rank order"),
+        hosts: Path = typer.Option(
+            ..., "--hosts", help="hosts file in today's rank order (Open MPI, MPICH, one name a line)"
+        ),
         nbytes: str = typer.Option("1G", "--bytes", help="all-reduce size for the traffic estimate"),
         out: Path | None = typer.Option(
-            None, "--out", help="write the proposed hostfile here (never overwrites)"
+            None, "--out", help="write the proposed hostfile here, in the input's format (never overwrites)"
         ),
         fmt: str = typer.Option("table", "--format", help="table|json"),
+        keep_tags: bool = typer.Option(
+            False, "--keep-tags", help="keep leaf=/node= in the proposed hostfile after '#'"
+        ),
     ) -> None:
         """Propose a rank order that keeps ring neighbours inside a leaf; print cross-leaf traffic."""
         from fabricpace.fabric import load_cluster
-        from fabricpace.pacing.placement import plan_placement
+        from fabricpace.pacing.placement import plan_placement, ring_bytes_per_edge
 
         check_format(fmt, ("table", "json"))
         size = parse_size(nbytes, option="--bytes")
@@ -149,11 +292,17 @@ def register(app: typer.Typer) -> None:
         leaves = host_leaves(items, cl, hosts)
         ids: dict[str, int] = {}
         plan = plan_placement([ids.setdefault(v, len(ids)) for v in leaves], nbytes=size)
+        # A ring all-reduce runs over every rank, not every host: each edge carries 2(N-1)/N x S with N
+        # the ranks, which the slots give. Without slots, one rank per host (said in the output).
+        slots = [h.slots for h in items if h.slots is not None]
+        ranks = sum(slots) if len(slots) == len(items) else len(items)
+        per_edge = ring_bytes_per_edge(size, ranks)
+        bytes_before, bytes_after = plan.edges_before * per_edge, plan.edges_after * per_edge
         # Leaves taken from line positions describe the given order as packed: nothing to improve
         # is then what the command was told, not what it found.
         from_positions = all(h.leaf is None and h.node is None for h in items)
         ordered = [items[i] for i in plan.order]
-        hostfile = "".join(h.render() + "\n" for h in ordered)
+        hostfile = "".join(h.render(tags=keep_tags) + "\n" for h in ordered)
         if out is not None:
             out.write_text(hostfile)
         if fmt == "json":
@@ -164,10 +313,12 @@ def register(app: typer.Typer) -> None:
                         "hosts": [h.name for h in ordered],
                         "order": list(plan.order),
                         "leaves": [_label(leaves[i]) for i in plan.order],
+                        "ranks": ranks,
+                        "ranks_from": "slots" if slots else "one per host",
                         "cross_leaf_edges": {"before": plan.edges_before, "after": plan.edges_after},
                         "cross_leaf_bytes": {
-                            "before": plan.bytes_before,
-                            "after": plan.bytes_after,
+                            "before": bytes_before,
+                            "after": bytes_after,
                             "all_reduce_bytes": size,
                         },
                         "hostfile": str(out) if out is not None else None,
@@ -187,10 +338,21 @@ def register(app: typer.Typer) -> None:
                 "(a packed order); add leaf=L to each line (the leaf switch the host hangs under) to "
                 "compare against the real topology"
             )
+        if not slots:
+            con.print(
+                f"{hosts}: no process counts, so one rank per host ({count(ranks, 'rank')}); give slots=N "
+                "(or HOST:N) for the traffic of the real ring"
+            )
+        elif len(set(slots)) > 1:
+            con.print(
+                f"{hosts}: hosts run different numbers of ranks ({', '.join(map(str, sorted(set(slots))))});"
+                f" the ring runs over all {count(ranks, 'rank')}"
+            )
         con.print(
             f"ring edges crossing a leaf: {plan.edges_before} -> {plan.edges_after}; "
             f"cross-leaf traffic per all-reduce of {_human(size)}: "
-            f"{_human(plan.bytes_before)} -> {_human(plan.bytes_after)}"
+            f"{_human(bytes_before)} -> {_human(bytes_after)}"
+            + (f" (ring of {count(ranks, 'rank')}: 2(N-1)/N x S per crossing)" if slots else "")
         )
         if not plan.improves and not from_positions:
             con.print("the current order is already optimal; keep it")
