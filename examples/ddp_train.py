@@ -20,16 +20,27 @@ import sys
 import time
 
 
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1 (``--steps 0`` or ``-5`` used to finish at once with exit 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    p.add_argument("--batch", type=int, default=32, help="global batch size (default 32)")
-    p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (default 256)")
-    p.add_argument("--layers", type=int, default=4, help="hidden layers (default 4)")
+    p.add_argument("--steps", type=positive, default=200, help="training steps (default 200)")
+    p.add_argument("--batch", type=positive, default=32, help="global batch size (default 32)")
+    p.add_argument("--hidden", type=positive, default=256, help="hidden width of the MLP (default 256)")
+    p.add_argument("--layers", type=positive, default=4, help="hidden layers (default 4)")
     p.add_argument("--bucket-mb", type=float, default=0.25, help="DDP bucket cap in MB (default 0.25)")
     p.add_argument("--run-dir", default=os.environ.get("FABRICPACE_RUN_DIR", "runs/ddp-example"))
-    p.add_argument("--window", type=int, default=50, help="observer window in steps (default 50)")
-    p.add_argument("--flush-every", type=int, default=50, help="min steps per written chunk (default 50)")
+    p.add_argument("--window", type=positive, default=50, help="observer window in steps (default 50)")
+    p.add_argument("--flush-every", type=positive, default=50, help="min steps per chunk (default 50)")
     p.add_argument("--flush-interval", type=float, default=5.0, help="min seconds between chunks (default 5)")
     p.add_argument("--pacing", default="off", help="pacing mode (default off)")
     p.add_argument("--slow-rank", type=int, default=-1, help="rank that sleeps in every step")
