@@ -1,7 +1,8 @@
 """fabricpace run: a thin torchrun launch on this machine with the observer's environment.
 
 ``fabricpace run --nproc 4 -- script.py ARGS`` runs ``python -m torch.distributed.run --standalone
---nproc-per-node 4 script.py ARGS`` and exits with its exit code. ``--run-dir`` is passed to the
+--nproc-per-node 4 script.py ARGS`` and exits with the ranks' exit code (the first failed rank's; a
+rank killed by signal N gives 128+N), where torchrun alone exits 1. ``--run-dir`` is passed to the
 script's observer through FABRICPACE_RUN_DIR (``fabricpace.observe`` uses it when no run_dir is
 given). Bad input (a missing script, a bad --nproc, torch not installed) is one line and exit 2.
 """
@@ -20,11 +21,23 @@ import typer
 from fabricpace._errors import InputError
 from fabricpace.cli._common import check_output_path
 
+# torchrun itself exits 1 whatever the ranks exited with; this runs torchrun's own main and exits with
+# the first failed rank's code instead (a signal N as 128+N, as a shell reports it).
+_TORCHRUN = (
+    "import sys\n"
+    "from torch.distributed.elastic.multiprocessing.errors import ChildFailedError\n"
+    "from torch.distributed.run import main\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "except ChildFailedError as exc:\n"
+    "    code = exc.get_first_failure()[1].exitcode\n"
+    "    sys.exit(code if code > 0 else 128 - code if code < 0 else 1)\n"
+)
+
 
 def torchrun_command(nproc: int, script: str, args: list[str]) -> list[str]:
-    """The command line that launches ``script`` on ``nproc`` local ranks."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            script, *args]
+    """The command line that launches ``script`` on ``nproc`` local ranks (torchrun's arguments)."""
+    return [sys.executable, "-c", _TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", script, *args]
 
 
 def register(app: typer.Typer) -> None:
