@@ -14,3 +14,20 @@ def test_demo_refuses_too_few_steps(cli, tmp_path):
     r = cli("demo", "--out", str(tmp_path / "d"), "--steps", "10")
     assert r.returncode == 2 and "--steps" in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_quick_runs_the_whole_loop_and_ends_with_its_report(cli, tmp_path):
+    """The main job on a fresh machine, end to end (real gloo ranks; ~2-3 min on 2 cores)."""
+    import pytest
+
+    pytest.importorskip("torch")
+    out = tmp_path / "demo"
+    r = cli("demo", "--quick", "--steps", "40", "--out", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    headers = [line for line in r.stderr.splitlines() if line.startswith("== ")]
+    assert [h[3:6] for h in headers] == ["1/6", "2/6", "3/6", "4/6", "5/6", "6/6"], headers
+    assert "what this showed:" in r.stdout
+    last = r.stdout.strip().splitlines()[-1]
+    assert last == f"report: {(out / 'report.html').resolve()}" and (out / "report.html").stat().st_size > 0
+    for sub in ("paper-study", "paper-shuffled", "local-off", "local-auto"):
+        assert (out / sub).is_dir(), sub
