@@ -157,6 +157,9 @@ def register(app: typer.Typer) -> None:
         sc = load_scenario(scenario)
         _check_fault_ranks(sc, nodes or sc.world, scenario)
         require_torch(f"lab run --backend {backend}")
+        crowded = launcher.cpu_warning(nodes or sc.world)
+        if crowded:
+            typer.echo(f"warning: {crowded}", err=True)
         res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
                                     seed=seed, backend=backend, prefix=prefix,
                                     progress=fmt != "json" and sys.stderr.isatty())

@@ -118,6 +118,11 @@ def live_processes(prefix: str) -> list[dict[str, Any]]:
 def refuse_if_busy(prefix: str, doing: str) -> None:
     """InputError when a run still uses the lab: ``doing`` would end its ranks (down ends them all)."""
     busy = live_processes(prefix)
+    if not busy and state.claimed_elsewhere(prefix):
+        raise InputError(
+            f"lab {prefix} is in use by a lab run that is starting; {doing} would end it: wait for it to "
+            f"finish, use another --prefix, or stop it with `fabricpace lab down --prefix {prefix}`"
+        )
     if busy:
         who = ", ".join(f"{p['what']} PID {p['pid']}" for p in busy[:4]) + (", ..." if len(busy) > 4 else "")
         raise InputError(
@@ -184,8 +189,8 @@ def up(cfg: LabConfig) -> dict[str, Any]:
         problems = _verify(cfg)
         if not problems:
             return status(cfg.prefix) | {"action": "already up"}
+    refuse_if_busy(cfg.prefix, f"rebuilding it as {cfg.nodes} nodes on {cfg.leaves} leaves")
     if current or list_namespaces(cfg.prefix) or _root_links(cfg.prefix):
-        refuse_if_busy(cfg.prefix, f"rebuilding it as {cfg.nodes} nodes on {cfg.leaves} leaves")
         down(cfg.prefix)
     with state.locked(cfg.prefix) as st:
         st.update(state.empty_state())

@@ -63,6 +63,22 @@ def check_memory(world: int) -> None:
     )
 
 
+# Ranks per CPU above which step times measure the CPU scheduler more than the scenario (the ranks'
+# compute and gloo's waits share the cores); 8 gloo ranks on 2 cores is what the lab is tested with.
+RANKS_PER_CPU = 4
+
+
+def cpu_warning(world: int) -> str | None:
+    """A warning when ``world`` ranks crowd this machine's CPUs (the run still starts: it works, slowly)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if world <= RANKS_PER_CPU * cpus:
+        return None
+    plural = "s" if cpus > 1 else ""
+    return (f"--nodes {world} on {cpus} CPU{plural}: {world / cpus:.0f} ranks per CPU, so step "
+            f"times will mostly measure CPU scheduling and the run may pass its deadline; "
+            f"--nodes {max(2, RANKS_PER_CPU * cpus)} or fewer keeps the scenario's effects visible")
+
+
 @dataclass
 class _Run:
     """Everything one scenario run started, so cleanup can end exactly that."""
@@ -332,21 +348,38 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
     if world < 2:
         raise InputError(f"--nodes {world}: a lab run needs at least 2 ranks")
     out = Path(out)
+    if backend not in ("lab", "local"):
+        raise InputError(f"--backend {backend!r}: choose lab or local")
+    with contextlib.ExitStack() as claim:
+        if backend == "lab":
+            fabric.require_lab()
+            try:
+                claim.enter_context(state.run_claim(prefix))
+            except state.RunClaimed as exc:
+                raise InputError(
+                    f"lab {prefix} is in use by another lab run; starting another run in it would end it: "
+                    f"wait for it to finish, use another --prefix, or stop it with "
+                    f"`fabricpace lab down --prefix {prefix}`") from exc
+        return _run_claimed(sc, out=out, pacing=pacing, steps=steps, world=world, seed=seed, backend=backend,
+                            prefix=prefix, progress=progress, deadline_s=deadline_s)
+    raise AssertionError("unreachable")  # ExitStack does not swallow exceptions (for mypy)
+
+
+def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int, seed: int, backend: str,
+                 prefix: str, progress: bool, deadline_s: float | None) -> dict[str, Any]:
     cfg: LabConfig | None = None
     if backend == "lab":
-        fabric.require_lab()
         cfg = LabConfig(nodes=world, leaves=min(sc.fabric.leaves, world), prefix=prefix,
                         uplink_bps=parse_rate(sc.fabric.uplink),
                         node_link_bps=parse_rate(sc.fabric.node_link))
         rank_node = placement(world, cfg, sc.placement)
         # A second run in the same lab would share its namespaces and rendezvous port (or, with another
-        # shape, rebuild the lab under the first run's ranks): refuse before anything is written.
+        # shape, rebuild the lab under the first run's ranks): refuse before anything is written. (The
+        # run claim covers runs started at the same instant; this covers ranks a crashed launcher left.)
         fabric.refuse_if_busy(prefix, "starting another run in it")
-    elif backend == "local":
+    else:
         rank_node = list(range(world))
         prefix = LOCAL_PREFIX
-    else:
-        raise InputError(f"--backend {backend!r}: choose lab or local")
     check_memory(world)
     created = _first_missing(out)
     scratch = _prepare_out(out)
@@ -363,7 +396,8 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
             # the same --out next time. Only a run whose ranks failed keeps their logs (the error
             # names them).
             keep_logs = isinstance(exc, LabError) and bool(run.procs)
-            _discard(out, scratch, created, keep_logs=keep_logs)
+            with _signals_wait():
+                _discard(out, scratch, created, keep_logs=keep_logs)
             raise
     _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
               seed=seed)
@@ -387,6 +421,34 @@ def _stop_signals_interrupt() -> Iterator[None]:
 
     # A signal set to be ignored (nohup) stays ignored: that user wants the run to outlive the terminal.
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_wait() -> Iterator[None]:
+    """A second Ctrl-C (or SIGTERM, SIGHUP) while the run cleans up is noted and waited out.
+
+    The clean-up ends the ranks (at most ~5 s), removes the throttle cgroup, restores the lab's shaping
+    and the half-written run directory; cut short, it left ranks, a cgroup or folders behind. What it
+    waits for is bounded, so the user waits seconds, not forever."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    told = False
+
+    def wait(signum: int, frame: object) -> None:
+        nonlocal told
+        if not told:
+            told = True
+            print("fabricpace: cleaning up the lab run (ending its ranks, restoring the lab); "
+                  "this takes a few seconds", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, wait) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
@@ -444,9 +506,10 @@ def _run_ranks(sc: Scenario, run: _Run, *, out: Path, cfg: LabConfig | None, wor
         _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress,
               on_start=throttle)
     finally:
-        _cleanup(run, cfg, prefix)
-        if cfg is not None and sc.faults.uplink_change is not None:
-            fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
+        with _signals_wait():
+            _cleanup(run, cfg, prefix)
+            if cfg is not None and sc.faults.uplink_change is not None:
+                fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
     if not (out / "manifest.json").is_file():
         raise LabError(f"scenario {sc.name}: the ranks finished but wrote no run directory at {out}; "
                        f"logs in {scratch_dir(out)}")

@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 STATE_DIR_ENV = "FABRICPACE_LAB_STATE_DIR"
 DEFAULT_STATE_DIR = "/run/fabricpace"  # tmpfs: gone after a reboot, exactly like the namespaces
@@ -76,6 +76,9 @@ def remove(prefix: str) -> None:
     for p in (path, path.with_suffix(".lock")):
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
+    if prefix not in _CLAIMS and not claimed_elsewhere(prefix):
+        with contextlib.suppress(FileNotFoundError):
+            _claim_path(prefix).unlink()
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -107,3 +110,52 @@ def record_cgroup(prefix: str, path: str) -> None:
     with locked(prefix) as st:
         if path not in st["cgroups"]:
             st["cgroups"].append(path)
+
+
+# Run claims this process holds, by prefix. flock conflicts between two open files of one process too,
+# so the holder must not test its own claim through a second open.
+_CLAIMS: dict[str, IO[str]] = {}
+
+
+class RunClaimed(Exception):
+    """Another process holds the lab's run claim (internal; the launcher turns it into an InputError)."""
+
+
+def _claim_path(prefix: str) -> Path:
+    return state_dir() / f"run-{prefix.rstrip('-')}.lock"
+
+
+@contextlib.contextmanager
+def run_claim(prefix: str) -> Iterator[None]:
+    """Hold the lab's run claim for a whole ``lab run``: a second run, or ``lab up`` rebuilding the lab,
+    sees it from the first instant, before any rank PID is recorded (checking recorded PIDs alone let
+    two runs started together both pass). The kernel drops the lock when the process ends, however."""
+    path = _claim_path(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")  # noqa: SIM115 - held for the with-block's duration
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        fh.close()
+        raise RunClaimed(prefix) from exc
+    _CLAIMS[prefix] = fh
+    try:
+        yield
+    finally:
+        del _CLAIMS[prefix]
+        fh.close()  # releases the lock
+
+
+def claimed_elsewhere(prefix: str) -> bool:
+    """True while another process holds the lab's run claim."""
+    if prefix in _CLAIMS:
+        return False
+    path = _claim_path(prefix)
+    if not path.exists():
+        return False
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
