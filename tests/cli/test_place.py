@@ -35,7 +35,9 @@ def test_long_lines_are_not_wrapped_inside_a_number(cli, tmp_path):
     hosts.write_text("a leaf=0\nb leaf=1\nc leaf=0\nd leaf=1\n")
     r = cli("place", "--cluster", "roce-leaf-spine-2to1", "--hosts", str(hosts), "--bytes", "5G")
     assert r.returncode == 0, r.stderr
-    assert "cross-leaf traffic per all-reduce of 5.00 GiB: 30.00 GiB -> 15.00 GiB" in r.stdout
+    # No slots: the cluster's 8 GPUs per host, a ring of 32 ranks, 2 x 31/32 x 5 GiB per crossing.
+    assert "per all-reduce of 5.00 GiB: 38.75 GiB -> 19.38 GiB (ring of 32 ranks" in r.stdout
+    assert "8 ranks per host, the cluster's gpus_per_node" in r.stdout
 
 
 def test_leaves_can_be_switch_names(cli, tmp_path):

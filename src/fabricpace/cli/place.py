@@ -12,8 +12,9 @@ position — an order that is packed by construction, so without ``leaf=``/``nod
 say that it was told nothing to improve (and says so). The
 proposed order groups hosts by leaf (stable), which minimizes the ring edges that cross the spine;
 the expected cross-leaf traffic uses a ring all-reduce over the ranks (2(N-1)/N x S per edge, N the sum
-of the slots; one rank per host when the file gives none). The proposed hostfile is written in the
-input's format, so the launcher takes it as it is; ``--keep-tags`` keeps the tags after ``#``.
+of the slots; the cluster's GPUs per node per host when the file gives none). The proposed hostfile
+is written in the input's format, so the launcher takes it as it is; ``--keep-tags`` keeps the tags
+after ``#``.
 """
 
 from __future__ import annotations
@@ -293,9 +294,10 @@ def register(app: typer.Typer) -> None:
         ids: dict[str, int] = {}
         plan = plan_placement([ids.setdefault(v, len(ids)) for v in leaves], nbytes=size)
         # A ring all-reduce runs over every rank, not every host: each edge carries 2(N-1)/N x S with N
-        # the ranks, which the slots give. Without slots, one rank per host (said in the output).
+        # the ranks, which the slots give. Without slots, as many ranks per host as the cluster has GPUs
+        # per node (what torchrun --nproc-per-node=gpu starts; said in the output).
         slots = [h.slots for h in items if h.slots is not None]
-        ranks = sum(slots) if len(slots) == len(items) else len(items)
+        ranks = sum(slots) if len(slots) == len(items) else len(items) * cl.gpus_per_node
         per_edge = ring_bytes_per_edge(size, ranks)
         bytes_before, bytes_after = plan.edges_before * per_edge, plan.edges_after * per_edge
         # Leaves taken from line positions describe the given order as packed: nothing to improve
@@ -314,7 +316,7 @@ def register(app: typer.Typer) -> None:
                         "order": list(plan.order),
                         "leaves": [_label(leaves[i]) for i in plan.order],
                         "ranks": ranks,
-                        "ranks_from": "slots" if slots else "one per host",
+                        "ranks_from": "slots" if slots else "gpus_per_node",
                         "cross_leaf_edges": {"before": plan.edges_before, "after": plan.edges_after},
                         "cross_leaf_bytes": {
                             "before": bytes_before,
@@ -340,8 +342,9 @@ def register(app: typer.Typer) -> None:
             )
         if not slots:
             con.print(
-                f"{hosts}: no process counts, so one rank per host ({count(ranks, 'rank')}); give slots=N "
-                "(or HOST:N) for the traffic of the real ring"
+                f"{hosts}: no process counts, so {cl.gpus_per_node} ranks per host, the cluster's "
+                f"gpus_per_node ({count(ranks, 'rank')}); give slots=N (or HOST:N) if your launcher starts "
+                "another number"
             )
         elif len(set(slots)) > 1:
             con.print(
@@ -352,7 +355,7 @@ def register(app: typer.Typer) -> None:
             f"ring edges crossing a leaf: {plan.edges_before} -> {plan.edges_after}; "
             f"cross-leaf traffic per all-reduce of {_human(size)}: "
             f"{_human(bytes_before)} -> {_human(bytes_after)}"
-            + (f" (ring of {count(ranks, 'rank')}: 2(N-1)/N x S per crossing)" if slots else "")
+            + f" (ring of {count(ranks, 'rank')}: 2(N-1)/N x S per crossing)"
         )
         if not plan.improves and not from_positions:
             con.print("the current order is already optimal; keep it")
