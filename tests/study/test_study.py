@@ -117,6 +117,18 @@ def test_aggregate_efficiency_and_paired_delta(tmp_path):
     assert rows[(4, "baseline")]["repeats"] == 2 and rows[(4, "baseline")]["steps"] == 9
 
 
+def test_cv_interval_stays_at_or_above_zero(tmp_path):
+    # Two repeats with CVs 0.01 and 0.05: mean 0.03 minus t(1) x s/sqrt(2) = 0.03 - 0.254 < 0.
+    plan = StudyPlan(backend="sim", nodes=(2,), modes=("baseline",), repeats=2, steps=10, warmup=1, seed=0,
+                     out_dir=tmp_path)
+    pts = [{"nodes": 2, "mode": "baseline", "repeat": r, "throughput": 100.0, "cv": cv, "steps": 9}
+           for r, cv in enumerate((0.01, 0.05))]
+    (row,) = aggregate(plan, pts)
+    assert row["cv"] == pytest.approx(0.03)
+    assert row["cv_ci"][0] == 0.0
+    assert row["cv_ci"][1] == pytest.approx(0.03 + 12.706 * 0.02828 / np.sqrt(2), rel=1e-3)
+
+
 def test_study_cli_json_rows(cli, tmp_path):
     out = tmp_path / "study"
     r = cli(

@@ -238,7 +238,8 @@ def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, A
                 "throughput": thr,
                 "throughput_ci": list(ci) if ci else None,
                 "cv": cv,
-                "cv_ci": list(cv_ci) if cv_ci else None,
+                # A CV is never negative; the t-interval of 2-3 repeats can reach below 0.
+                "cv_ci": [max(0.0, cv_ci[0]), cv_ci[1]] if cv_ci else None,
                 "efficiency": None,
                 "steps": int(pts[0]["steps"]),
                 "repeats": len(pts),
