@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -90,48 +89,32 @@ def _default_warmup(steps: int, sc: Any) -> int:
     return min(wanted, max(steps - 2, 0))
 
 
-def _throughput_decimals(value: float) -> int:
-    """Decimals that show at least four significant digits of a throughput (none from 1,000 up).
-
-    Integers only used to print a 7B model's 14.6 samples/s as "15 ± 0" (and 29.1 as "29"), so the
-    printed numbers disagreed with the printed efficiency and the CI vanished."""
-    if not math.isfinite(value) or abs(value) >= 1000:
-        return 0
-    if abs(value) < 1e-3:
-        return 3
-    return min(3, 3 - math.floor(math.log10(abs(value))))
-
-
-def _fmt_ci(row: dict[str, Any]) -> str:
-    d = _throughput_decimals(row["throughput"])
-    ci = row.get("throughput_ci")
-    if not ci:
-        return f"{row['throughput']:.{d}f}"
-    return f"{row['throughput']:.{d}f} ± {(ci[1] - ci[0]) / 2:.{d}f}"
-
-
-def _fmt_delta(row: dict[str, Any]) -> str:
-    d = row.get("delta_pct")
-    if d is None:
-        return "—"
-    ci = row.get("delta_ci_pct")
-    if not ci:
-        return f"{d:+.2f}%"
-    # A CI that contains 0 is "no change" (within noise), whatever the point estimate says.
-    verdict = "" if ci[0] > 0 or ci[1] < 0 else " (no change)"
-    return f"{d:+.2f}% ± {(ci[1] - ci[0]) / 2:.2f}{verdict}"
-
-
-def study_table(rows: list[dict[str, Any]], title: str) -> Any:
+def study_table(rows: list[dict[str, Any]], title: str, *, width: int | None = None) -> Any:
+    """The study table; ``width``: the terminal's columns. A CV with its ± made a 3-repeat table 84
+    columns wide, which rich cut to "1897 …" in 80: when the table is wider than ``width``, a Δ's
+    "(no change)" goes on a line of its own."""
+    from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title, caption="± = half-width of the 95% CI over repeats; Δ paired by seed")
-    for col in ("nodes", "mode", "samples/s", "CV", "eff.", "Δ vs baseline"):
-        t.add_column(col, justify="right" if col != "mode" else "left", no_wrap=True)
-    for r in sorted(rows, key=lambda r: (r["nodes"], r["mode"] != "baseline")):
-        eff = "—" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
-        t.add_row(str(r["nodes"]), r["mode"], _fmt_ci(r), f"{r['cv']:.3f}", eff, _fmt_delta(r))
-    return t
+    from fabricpace.study.table import table_cells, table_columns, table_notes
+
+    def build(verdict_sep: str) -> Table:
+        # The footnotes are those of what is printed: "± = ..." used to stand under a 1-repeat table
+        # without a single ±.
+        notes = table_notes(rows)
+        t = Table(title=title, caption="\n".join(notes) if notes else None)
+        for col in table_columns(rows):
+            t.add_column(col, justify="right" if col != "mode" else "left", no_wrap=True)
+        for cells in table_cells(rows, verdict_sep=verdict_sep):
+            t.add_row(*cells)
+        return t
+
+    table = build(" ")
+    if width is not None:
+        natural = Console(width=10_000).measure(table).maximum
+        if natural > width:
+            table = build("\n")
+    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -355,10 +338,12 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        Console().print(
+        console = Console()
+        console.print(
             study_table(
                 result.rows,
                 f"{backend} study ({count(plan.repeats, 'repeat')}, {count(plan.steps, 'step')})",
+                width=console.width,
             )
         )
         typer.echo(f"wrote {plan.out_dir / 'study.json'}" + "".join(f", {p}" for p in written))

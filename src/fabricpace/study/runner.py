@@ -205,7 +205,8 @@ def run_point(
                 nodes=nodes, mode=mode, steps=plan.steps, seed=seed, out_dir=out, scenario=plan.scenario
             )
         )
-    summary = summarize_run(load_run(run_dir, tables=("steps",)), plan.warmup)
+    run = load_run(run_dir, tables=("steps", "pacing"))
+    summary = summarize_run(run, plan.warmup)
     return {
         "backend": plan.backend,
         "nodes": nodes,
@@ -214,11 +215,27 @@ def run_point(
         "seed": seed,
         "run_dir": str(run_dir),
         **summary,
+        # Rows of the run's pacing.parquet (none: the file is absent). A paced run whose controller
+        # decided nothing is the baseline run again, and its row equal to the baseline's bit for bit;
+        # without this count the table could not tell "pacing found nothing to do" from "pacing did
+        # not run".
+        "pacing_decisions": run.pacing.height if mode == "paced" else None,
     }
 
 
+def _decisions(pts: list[dict[str, Any]]) -> int | None:
+    total = 0
+    for p in pts:
+        c = p.get("pacing_decisions")
+        if c is None:
+            return None
+        total += int(c)
+    return total
+
+
 def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table-1 rows: per (nodes, mode) mean throughput with 95% CI, CV, efficiency, delta vs baseline."""
+    """Table-1 rows: per (nodes, mode) mean throughput with 95% CI, CV with its CI, efficiency, delta vs
+    baseline, and (paced) the number of pacing decisions its runs recorded."""
     rows: list[dict[str, Any]] = []
     by: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for p in points:
@@ -245,6 +262,9 @@ def aggregate(plan: StudyPlan, points: list[dict[str, Any]]) -> list[dict[str, A
                 "repeats": len(pts),
                 "delta_pct": None,
                 "delta_ci_pct": None,
+                # summed over the repeats (study.json's points have each run's); None for baseline and
+                # for points that did not count them
+                "pacing_decisions": _decisions(pts) if mode == "paced" else None,
             }
             small = by.get((smallest, mode))
             if small:
