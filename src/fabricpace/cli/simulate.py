@@ -318,11 +318,12 @@ def register(app: typer.Typer) -> None:
                 )
         written = []
         if figures:
-            from fabricpace.report.study_figures import write_study_figures
+            from fabricpace.report.study_figures import timeline_point, write_study_figures
 
-            biggest = [p for p in result.points if p["nodes"] == max(plan.nodes) and p["repeat"] == 0]
+            # the largest baseline run (with --compare paced,baseline it used to be the paced one)
+            shown = timeline_point(result.points)
             written = write_study_figures(
-                result.to_dict(), plan.out_dir, timeline_run=biggest[0]["run_dir"] if biggest else None
+                result.to_dict(), plan.out_dir, timeline_run=shown["run_dir"] if shown else None
             )
         if fmt == "json":
             # Where the results are: with the default --out the folder name is only known here (it used
