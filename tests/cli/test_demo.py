@@ -31,3 +31,12 @@ def test_demo_quick_runs_the_whole_loop_and_ends_with_its_report(cli, tmp_path):
     assert last == f"report: {(out / 'report.html').resolve()}" and (out / "report.html").stat().st_size > 0
     for sub in ("paper-study", "paper-shuffled", "local-off", "local-auto"):
         assert (out / sub).is_dir(), sub
+    # The summary line's CV is the one the diagnosis of the same run prints a step later (audit 15:
+    # 0.362 against 1.812, from another warm-up and another CV).
+    import re
+
+    summary = re.search(r"local run, pacing off : .* step CV (\d+\.\d+)", r.stdout)
+    # step 5/6 diagnoses local-off only: its header line, which rich may wrap, follows the summary
+    diagnosis = re.search(r"\(CV\s+(\d+\.\d+)\)", r.stdout[summary.end() :]) if summary else None
+    assert summary and diagnosis, r.stdout[-3000:]
+    assert summary.group(1) == diagnosis.group(1), (summary.group(0), diagnosis.group(0))
