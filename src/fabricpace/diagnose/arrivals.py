@@ -125,6 +125,8 @@ def _chunk(c: pl.DataFrame, aligned: bool, waits: bool = True) -> tuple[pl.DataF
         pl.col("bytes").max().alias("bytes"),
         pl.len().alias("n"),
         pl.col("t_exit_ns").min().alias("min_exit"),
+        # > 0 when every row saw a completion; DDP grad_hooks "arrival markers" have t_exit = t_enter.
+        (pl.col("t_exit_ns") - pl.col("t_enter_ns")).min().alias("min_stay"),
     ]
     if aligned:
         per_basis = [

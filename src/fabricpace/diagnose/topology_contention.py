@@ -107,6 +107,20 @@ def detect(
     )
     if inst.height == 0:
         return [], {}, "no collective instances with two or more ranks"
+    # Transfer is defined only where every rank saw the collective complete. DDP's grad_hooks mode
+    # records each bucket's hand-over but only the backward's last bucket completing: the other
+    # buckets' rows are arrival markers (t_exit = t_enter, transfer 0). Counted, a last bucket with
+    # the same size as the markers (repeated identical layers) got a quiet baseline of 0, and every
+    # instance was then dropped: "too few instances … (need 10)" on a run with 199 real transfers.
+    markers = int((inst["min_stay"] <= 0).sum()) if "min_stay" in inst.columns else 0
+    if markers:
+        inst = inst.filter(pl.col("min_stay") > 0)
+        if inst.height == 0:
+            return [], {"arrival_marker_instances": markers}, (
+                f"no collective completions recorded, only arrival markers ({markers} instances: DDP's "
+                "grad_hooks mode records when each bucket is handed over, and a completion only for the "
+                "backward's last bucket): transfer times unknown"
+            )
     notes: list[str] = []
     basis = "quiet baseline"
     with_model = _model_baseline(inst, cluster, notes) if cluster is not None else None
@@ -126,11 +140,25 @@ def detect(
         basis = "fabric model"
     else:
         inst = inst.with_columns(pl.when(pl.col("shape_n") >= 10).then(pl.col("quiet_ns")).alias("base_ns"))
-    inst = inst.filter(pl.col("base_ns").is_not_null() & (pl.col("base_ns") > 0)).with_columns(
+    judged = inst.filter(pl.col("base_ns").is_not_null() & (pl.col("base_ns") > 0)).with_columns(
         (pl.col("transfer_ns") / pl.col("base_ns")).alias("inflation")
     )
-    if inst.height == 0:
-        return [], {}, "too few instances of each collective shape for a quiet baseline (need 10)"
+    if judged.height == 0:
+        seen = f"{inst.height} {'instance' if inst.height == 1 else 'instances'} with a completion"
+        if markers:
+            seen += f" ({markers} arrival markers of DDP's grad_hooks mode left out)"
+        if int(_f(inst["shape_n"].max())) < 10:
+            why = (
+                f"too few instances of each collective shape for a quiet baseline (need 10; {seen}, "
+                f"at most {int(_f(inst['shape_n'].max()))} of one shape)"
+            )
+        else:
+            why = (
+                f"no quiet baseline above 0 ns ({seen}: their transfer — first exit after the last "
+                "arrival — is 0 in the quietest 10%)"
+            )
+        return [], {"arrival_marker_instances": markers} if markers else {}, why
+    inst = judged
     inst = inst.with_columns(
         pl.when(pl.col("inflation") >= cfg.contention_min_inflation)
         .then(pl.col("transfer_ns") - pl.col("base_ns"))
@@ -157,6 +185,8 @@ def detect(
         "transfer_inflation_median": med_infl,
         "transfer_baseline": basis,
     }
+    if markers:
+        metrics["arrival_marker_instances"] = markers
     # Where the excess sits: cross-leaf groups vs same-shape intra-leaf ones, and periods in time.
     ex_total = float(inst["excess_ns"].sum()) or 1.0
     cross_share = float(inst.filter(pl.col("cross_leaf"))["excess_ns"].sum()) / ex_total
