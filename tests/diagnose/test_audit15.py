@@ -1,8 +1,11 @@
-"""Fixes for the observer audit 15 (finding 3, diagnose side), each pinned on a real run.
+"""Fixes for the observer audit 15 (findings 1 and 3, diagnose side), each pinned on a real run.
 
 Recorded runs (``data/real``, compacted from the audit's run directories: manifest, ranks, steps,
 collectives; real gloo ranks on one host under the observer):
 
+* ``audit15-pg-positional`` — 4 ranks, two DP subgroups {0,2} and {1,3}, ``dist.all_reduce(g, SUM, sub)``
+  and ``dist.barrier(sub)`` with ``wrap_collectives=True``: the observer of that time recorded every row
+  under group ``world``, so one ``(world, seq)`` joined collectives of both subgroups;
 * ``audit15-accum-grad-hooks`` — 2 ranks, DDP in the default grad_hooks mode, gradient accumulation
   (k = 4), buckets of equal size (the last bucket the same size as three others).
 """
@@ -11,9 +14,73 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fabricpace.diagnose import diagnose
+import numpy as np
+import polars as pl
+
+from fabricpace.diagnose import diagnose, stats
+from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
 
 REAL = Path(__file__).parent / "data" / "real"
+
+
+def test_collectives_of_two_groups_under_one_name_are_left_out() -> None:
+    """Finding 1: "persistent_straggler ranks 1, 3, severity 1042.1%, late by 138 ms/step" in a run whose
+    steps take 8–17 ms. The two subgroups drifted apart under one (world, seq): in 1368 of 1400
+    instances a rank left before another entered (by up to 932 ms), which no collective allows."""
+    d = diagnose([REAL / "audit15-pg-positional"])
+    assert not d.findings, [(f.mode, f.severity_pct) for f in d.findings]
+    assert d.runs[0].verdict == "undecided"
+    dropped = d.runs[0].metrics["dropped_groups"]
+    assert [g["group"] for g in dropped] == ["world"]
+    assert dropped[0]["early_exits"] >= 0.9 * dropped[0]["instances"] and dropped[0]["max_gap_ms"] > 500
+    reasons = {a.mode: a.reason for a in d.abstained}
+    for mode in ("persistent_straggler", "sync_amplification", "topology_contention"):
+        assert "group 'world'" in reasons[mode] and "left before another entered" in reasons[mode]
+        assert "no other collectives recorded" in reasons[mode]
+
+
+def test_a_mislabelled_group_is_left_out_and_the_others_are_read(tmp_path) -> None:
+    """The same fault beside sound collectives: two pipeline stages' data-parallel groups written under
+    one name (stage 1 30% slower, so its buckets start after stage 0's finished) next to node-pair
+    all-gathers. The mixed group is dropped with a warning; the pairs are still read."""
+    run = write_synthetic(
+        tmp_path / "mixed",
+        SynthSpec(stages=2, slow_stage=1, stage_factor=1.3, pair_groups=True, steps=80),
+    )
+    for part in (run / "collectives").rglob("*.parquet"):
+        df = pl.read_parquet(part)
+        one = pl.col("group").cast(pl.String).replace({"dp0": "dp", "dp1": "dp"})
+        df.with_columns(one).write_parquet(part)
+    d = diagnose([run])
+    s = d.runs[0]
+    assert [g["group"] for g in s.metrics["dropped_groups"]] == ["dp"]
+    assert s.warnings and "group 'dp' left out" in s.warnings[0]
+    assert "reads the other collectives" in s.warnings[0]
+    assert not any(a.mode in ("persistent_straggler", "sync_amplification") for a in d.abstained)
+    assert s.metrics["collective_instances"] == 4 * 80  # the pair all-gathers only
+    assert [f.mode for f in d.findings] == ["stage_imbalance"]
+
+
+def test_no_severity_above_the_step_time_on_any_recorded_run() -> None:
+    """Finding 1: a share of step time above 100% is never printed."""
+    for run in sorted(REAL.iterdir()):
+        for f in diagnose([run]).findings:
+            assert 0 <= f.severity_pct <= 100, (run.name, f.mode, f.severity_pct)
+            assert f.what_if_saving_pct <= 100
+
+
+def test_whatif_cannot_save_more_than_the_waiting_ranks_were_blocked() -> None:
+    """A step shortens by at most what the ranks that waited for the culprit were blocked in it, and by
+    at most itself; on the healthy 2-rank run whose rank 0 starts its steps late (observer-race), 11 of
+    72 steps have more lateness than rank 1 waited in them, and the evidence says so."""
+    per_step = np.array([5.0, 50.0, 3.0, 30.0])
+    wait = np.array([[9.0, 9.0, 9.0, 9.0], [2.0, 40.0, 1.0, np.nan]])  # row 0: the culprit
+    step = np.array([20.0, 20.0, 20.0, 20.0])
+    capped, cut = stats.cap_by_wait(per_step, wait, step, np.array([True, False]))
+    assert capped.tolist() == [2.0, 20.0, 1.0, 20.0] and cut == 4
+    f = next(f for f in diagnose([REAL / "observer-race"]).findings if f.mode == "persistent_straggler")
+    assert f.evidence["whatif_bounded_steps"] > 0
+    assert f.severity_pct < f.evidence["whatif_from_lateness_pct"] <= 100
 
 
 def test_grad_hooks_arrival_markers_stay_out_of_the_quiet_baseline() -> None:

@@ -17,7 +17,7 @@ is computed on the whole instance table at the end, exactly as before streaming.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -301,6 +301,47 @@ def _lex_sorted(keys: list[np.ndarray]) -> bool:
     return bool((ahead | tied).all())
 
 
+# Collectives that no member can complete before every member entered: each needs every member's data
+# (broadcast, reduce, gather and scatter can complete on some ranks early; point-to-point is not one).
+_ALL_MEMBER = (
+    r"(?i)(all[-_ ]?reduce|allreduce|all[-_ ]?gather|allgather|reduce[-_ ]?scatter|reducescatter"
+    r"|all[-_ ]?to[-_ ]?all|alltoall|barrier)"
+)
+
+
+def inconsistent_groups(
+    inst: pl.DataFrame, tol_ns: float, *, min_share: float = 0.05, min_count: int = 3
+) -> pl.DataFrame:
+    """Groups whose ``(group, seq)`` instances are not each one collective (aligned clocks only).
+
+    In an all-member collective (all-reduce, all-gather, reduce-scatter, all-to-all, barrier) no rank
+    completes before every rank has entered. When, in at least ``min_share`` of a group's instances
+    that saw completions (and ``min_count`` of them), a rank left more than ``tol_ns`` before the last
+    rank entered, the rows under that name are of different collectives — two process groups recorded
+    under one name (an audit's DP subgroups {0,2} and {1,3}, both recorded as ``world``, drifted
+    apart by up to 932 ms: rank 1 read as 138 ms late per step in 8–17 ms steps, "severity 1042%")
+    — or their exits were stamped before completion. Either way neither their arrivals nor their
+    transfers can be read. Returns group, instances, early_exits, max_gap_ns (empty when none)."""
+    if inst.height == 0 or "last_enter" not in inst.columns:
+        counts = {"instances": pl.UInt32, "early_exits": pl.UInt32, "max_gap_ns": pl.Int64}
+        return pl.DataFrame(schema={"group": pl.String, **counts})
+    cand = inst.filter(
+        (pl.col("n") >= 2)
+        & ~pl.col("p2p")
+        & (pl.col("min_stay") > 0)
+        & pl.col("op").fill_null("").str.contains(_ALL_MEMBER)
+    )
+    early = pl.col("min_exit") < pl.col("last_enter") - tol_ns
+    per = cand.group_by("group").agg(
+        pl.len().alias("instances"),
+        early.sum().cast(pl.UInt32).alias("early_exits"),
+        (pl.col("last_enter") - pl.col("min_exit")).max().alias("max_gap_ns"),
+    )
+    return per.filter(
+        (pl.col("early_exits") >= min_count) & (pl.col("early_exits") >= min_share * pl.col("instances"))
+    ).sort("group")
+
+
 def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
     """Transfer, skew and margin per instance, on the whole instance table."""
     inst = inst.sort(KEYS)
@@ -324,13 +365,20 @@ def _finish(inst: pl.DataFrame, aligned: bool) -> pl.DataFrame:
 
 
 def _pass(
-    frames: Iterable[pl.DataFrame], aligned: bool, ranks: np.ndarray, steps: np.ndarray, waits: bool
+    frames: Iterable[pl.DataFrame],
+    aligned: bool,
+    ranks: np.ndarray,
+    steps: np.ndarray,
+    waits: bool,
+    skip: Collection[str] = (),
 ) -> tuple[_Grid, list[pl.DataFrame], list[pl.DataFrame], int]:
     grid = _Grid(ranks, steps)
     insts: list[pl.DataFrame] = []
     members: list[pl.DataFrame] = []
     rows = 0
     for frame in frames:
+        if skip and frame.height:
+            frame = frame.filter(~pl.col("group").cast(pl.String).fill_null("world").is_in(list(skip)))
         if frame.height == 0:
             continue
         grid.add_ranks(np.sort(frame["rank"].drop_nulls().unique().to_numpy().astype(np.int64)))
@@ -377,12 +425,14 @@ def arrivals(
     rows_per_chunk: int,
     progress: Callable[[int, int], None] | None = None,
     waits: bool = True,
+    skip_groups: Collection[str] = (),
 ) -> Arrivals:
     """Stream ``source`` (or take an in-memory collectives frame) into instances and [rank, step] matrices.
 
     ``ranks``/``steps``: the matrices' axes (sorted); ranks found only in the collectives are added.
     ``progress(done, total)`` after each chunk. ``waits=False`` when the steps table has each rank's
     wait: the wait matrix (a sort per chunk) is then not built and ``Arrivals.wait`` is None.
+    ``skip_groups``: groups whose rows are left out entirely (``inconsistent_groups``).
     """
     carry = 1
     while True:
@@ -393,7 +443,7 @@ def arrivals(
             ranges = source.step_ranges(rows_per_chunk)
             total = len(ranges)
             frames = _frames(source, rows_per_chunk, carry, progress, total)
-        grid, insts, members, rows = _pass(frames, aligned, ranks, steps, waits)
+        grid, insts, members, rows = _pass(frames, aligned, ranks, steps, waits, skip_groups)
         inst = pl.concat(insts, how="vertical_relaxed") if insts else None
         span = _split_span(inst) if inst is not None and total > 1 else 0
         if span == 0:

@@ -135,10 +135,13 @@ def diagnose_metrics(
                 abstain(mode, "one rank: nothing to synchronize with")
         elif m.lateness is None:
             lost = [w for w in m.run.warnings if "collectives" in w and "unreadable" in w]
+            dropped = m.dropped_reason()
             no_coll = (
                 f"collectives unreadable ({lost[0]}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''}): "
                 "arrivals and transfer times unknown"
                 if lost
+                else f"{dropped}; no other collectives recorded"
+                if dropped
                 else "no collectives recorded: arrivals and transfer times unknown"
             )
             for mode in (*_ARRIVAL_MODES, "topology_contention"):
@@ -201,6 +204,11 @@ def diagnose_metrics(
     man = m.run.manifest
     metrics["not_applicable"] = not_applicable
     metrics["notes"] = m.notes
+    said: list[str] = []  # what the reader of any number above must know, first in the run's warnings
+    if m.dropped_groups:
+        metrics["dropped_groups"] = m.dropped_groups
+        if m.lateness is not None:
+            said.append(f"{m.dropped_reason()}; the diagnosis reads the other collectives")
     summary = RunSummary(
         path=m.path,
         run_id=man.run_id,
@@ -210,7 +218,7 @@ def diagnose_metrics(
         steps_used=m.n_steps,
         verdict=verdict,
         metrics=metrics,
-        warnings=list(m.run.warnings),
+        warnings=[*said, *m.run.warnings],
     )
     return findings, abstained, summary
 

@@ -13,15 +13,16 @@ The collectives table is streamed (``arrivals``): no per-row frame of the whole 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from fabricpace.diagnose.arrivals import arrivals, index_of
+from fabricpace.diagnose.arrivals import Arrivals, arrivals, inconsistent_groups, index_of
 from fabricpace.diagnose.config import DiagnoseConfig
-from fabricpace.diagnose.stats import nanmedian
+from fabricpace.diagnose.stats import nanmedian, prose_list
 from fabricpace.run.reader import RunData, StepChunks
 
 
@@ -48,6 +49,9 @@ class RunMetrics:
     stage_of_rank: np.ndarray | None  # [R] pipeline stage, when known
     notes: list[str] = field(default_factory=list)
     samples: np.ndarray | None = None  # [R, S] samples per rank and step (None when not recorded)
+    # Groups left out because their rows are not one collective per (group, seq)
+    # (``arrivals.inconsistent_groups``): group, instances, early_exits, max_gap_ms.
+    dropped_groups: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def n_ranks(self) -> int:
@@ -60,6 +64,31 @@ class RunMetrics:
     @property
     def mean_step_ns(self) -> float:
         return float(np.nanmean(self.step_time)) if self.step_time.size else float("nan")
+
+    @property
+    def step_wait(self) -> np.ndarray | None:
+        """[R, S] time each rank was blocked on collectives in each step: the steps table's ``wait_ns``,
+        else (imported traces) step minus own work; None when neither is known."""
+        if "wait" in self.components:
+            return self.components["wait"]
+        return self.duration - self.work if self.work is not None else None
+
+    def dropped_reason(self) -> str | None:
+        """Why collectives were left out (``dropped_groups``), in words; None when none were."""
+        if not self.dropped_groups:
+            return None
+        d = self.dropped_groups
+        early = sum(int(g["early_exits"]) for g in d)
+        total = sum(int(g["instances"]) for g in d)
+        gap = max(float(g["max_gap_ms"]) for g in d)
+        names = prose_list([f"'{g['group']}'" for g in d])
+        return (
+            f"collectives of {'group' if len(d) == 1 else 'groups'} {names} left out: in {early} of "
+            f"{total} all-reduce/all-gather/barrier instances a rank left before another entered (by up "
+            f"to {gap:.1f} ms), which one collective cannot do — rows of different process groups share "
+            "one name (fabricpace's collective wrapper once recorded a group passed positionally as "
+            "'world') or exits were stamped before completion, so their arrivals and transfers cannot be read"
+        )
 
 
 _index = index_of  # kept for the detectors that import it from here
@@ -91,6 +120,11 @@ def _clock_uncertainty(rank_info: pl.DataFrame) -> float | None:
     return 0.0 if single_host else None
 
 
+# Exits before the last entry are judged beyond the clock uncertainty plus this: stamps taken around
+# the call on one clock cannot show it at all, so any real case is far above (932 ms in the audit).
+_EXIT_SLACK_NS = 100_000
+
+
 def _warmup(n_steps: int, cfg: DiagnoseConfig) -> int:
     if cfg.warmup_steps is not None:
         return max(0, cfg.warmup_steps)
@@ -118,16 +152,34 @@ def build_metrics(
     # A rank's wait per step comes from the steps table when it has one (the observer, the simulator);
     # only without it (imported traces) is it rebuilt from the collectives, which costs a sort.
     has_wait = "wait_ns" in steps_df.columns and steps_df["wait_ns"].null_count() < steps_df.height
+    dropped: list[dict[str, Any]] = []
     if collectives is not None or run.collectives.height:
-        arr = arrivals(
-            collectives if collectives is not None else run.collectives,
-            aligned=unc is not None,
-            ranks=step_ranks,
-            steps=all_steps,
-            rows_per_chunk=cfg.chunk_rows,
-            progress=progress,
-            waits=not has_wait,
-        )
+        source = collectives if collectives is not None else run.collectives
+
+        def read(skip: Collection[str] = ()) -> Arrivals:
+            return arrivals(
+                source,
+                aligned=unc is not None,
+                ranks=step_ranks,
+                steps=all_steps,
+                rows_per_chunk=cfg.chunk_rows,
+                progress=progress,
+                waits=not has_wait,
+                skip_groups=skip,
+            )
+
+        arr = read()
+        if unc is not None and arr.instances is not None:
+            # Rows under one (group, seq) that cannot be one collective: read again without those groups
+            # (rare, so the second pass costs nothing on a sound run).
+            bad = inconsistent_groups(arr.instances, unc + _EXIT_SLACK_NS)
+            if bad.height:
+                found = bad.select("group", "instances", "early_exits", "max_gap_ns")
+                dropped = [
+                    {"group": str(g), "instances": int(n), "early_exits": int(e), "max_gap_ms": x / 1e6}
+                    for g, n, e, x in found.iter_rows()
+                ]
+                arr = read([d["group"] for d in dropped])
     all_ranks = arr.ranks if arr is not None else step_ranks
     if not info.height:
         unc = 0.0 if all_ranks.size <= 1 else None
@@ -223,4 +275,5 @@ def build_metrics(
         stage_of_rank=stage,
         notes=notes,
         samples=rank_samples,
+        dropped_groups=dropped,
     )

@@ -20,6 +20,7 @@ from fabricpace.diagnose.locality import shared_locality, slot_names
 from fabricpace.diagnose.metrics import RunMetrics
 from fabricpace.diagnose.stats import (
     block_bootstrap,
+    cap_by_wait,
     named,
     nanmedian,
     prose_list,
@@ -87,7 +88,10 @@ def culprit_finding(
     """A finding for the culprit rows (straggler or rank-level input stall); None below threshold."""
     mask = np.zeros(m.n_ranks, dtype=bool)
     mask[rows] = True
-    saving, per_step = whatif_saving(sc.centred, mask, m.step_time)
+    raw, per_step = whatif_saving(sc.centred, mask, m.step_time)
+    per_step, bounded = cap_by_wait(per_step, m.step_wait, m.step_time, mask)
+    total = float(np.nansum(m.step_time))
+    saving = float(per_step.sum()) / total if total > 0 else 0.0
     if saving < threshold:
         return None
     conf, ci = block_bootstrap(per_step, m.step_time, threshold, cfg)
@@ -98,7 +102,7 @@ def culprit_finding(
         mean_late = float(nanmedian(np.nanmean(sc.excess[rows], axis=1)))
     cause, explained = _cause(comp, mean_late, cfg.cause_min_share)
     share = float(sc.last_count[rows].sum() / max(sc.last_steps, 1))
-    evidence = {
+    evidence: dict[str, Any] = {
         "last_arriver_share": share,
         "last_arriver_share_expected": len(rows) / m.n_ranks,
         "median_lateness_ms": float(np.median(sc.median_excess[rows])) / 1e6,
@@ -113,6 +117,9 @@ def culprit_finding(
         "steps": m.n_steps,
         "ranks": m.n_ranks,
     }
+    if bounded:  # lateness beyond what the waiting ranks were blocked in those steps (cap_by_wait)
+        evidence["whatif_bounded_steps"] = bounded
+        evidence["whatif_from_lateness_pct"] = 100 * raw
     loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
     evidence["shared_locality"] = loc
     nodes = nodes_of(m, ranks)

@@ -84,6 +84,29 @@ def whatif_saving(excess: np.ndarray, replace: np.ndarray, step_time: np.ndarray
     return (float(per_step.sum()) / total if total > 0 else 0.0), per_step
 
 
+def cap_by_wait(
+    per_step: np.ndarray, wait: np.ndarray | None, step_time: np.ndarray, exclude: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """(per-step saving bounded by what a step can lose, number of steps the bound cut).
+
+    Removing a late rank shortens a step by at most the time the ranks that waited for it were
+    blocked in that step (``wait`` [R, S], the rows in ``exclude`` left out), and never by more than
+    the step itself. Lateness can exceed both where the waiting fell outside the step — a collective
+    issued between steps (a checkpoint barrier) is recorded with the next step's number — or where the
+    rows of one instance are not one collective (``arrivals.inconsistent_groups``; an audit's run read
+    "severity 1042%" of step time that way). The bound keeps such lateness out of a share of step time."""
+    bound = np.asarray(step_time, dtype=float)
+    if wait is not None and wait.size:
+        w = wait if exclude is None or not exclude.any() else wait[~exclude]
+        if w.size:
+            with np.errstate(all="ignore"):
+                most = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=0)
+            bound = np.fmin(bound, np.where(np.isfinite(most), np.maximum(most, 0.0), np.nan))
+    bound = np.where(np.isnan(bound), np.inf, bound)
+    cut = per_step > bound
+    return np.where(cut, bound, per_step), int(cut.sum())
+
+
 def block_bootstrap(
     loss: np.ndarray, step_time: np.ndarray, threshold: float, cfg: DiagnoseConfig
 ) -> tuple[float, tuple[float, float]]:

@@ -17,7 +17,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, expected_max_normal, nanmedian
+from fabricpace.diagnose.stats import block_bootstrap, cap_by_wait, expected_max_normal, nanmedian
 
 
 def residual_skew(m: RunMetrics, sc: CulpritScan) -> np.ndarray:
@@ -70,7 +70,7 @@ def _leading_rank(m: RunMetrics, sc: CulpritScan, keep: np.ndarray) -> dict[str,
 
 
 def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str, float]]:
-    loss = residual_skew(m, sc)
+    loss, _ = cap_by_wait(residual_skew(m, sc), m.step_wait, m.step_time, sc.culprit)
     total = float(np.nansum(m.step_time))
     share = float(loss.sum() / total) if total > 0 else 0.0
     keep = np.flatnonzero(~sc.culprit)
