@@ -1,4 +1,4 @@
-"""Fixes for the observer audit 15 (findings 1 and 3, diagnose side), each pinned on a real run.
+"""Fixes for the observer audit 15 (findings 1, 3 and 4, diagnose side), each pinned on a real run.
 
 Recorded runs (``data/real``, compacted from the audit's run directories: manifest, ranks, steps,
 collectives; real gloo ranks on one host under the observer):
@@ -6,6 +6,8 @@ collectives; real gloo ranks on one host under the observer):
 * ``audit15-pg-positional`` — 4 ranks, two DP subgroups {0,2} and {1,3}, ``dist.all_reduce(g, SUM, sub)``
   and ``dist.barrier(sub)`` with ``wrap_collectives=True``: the observer of that time recorded every row
   under group ``world``, so one ``(world, seq)`` joined collectives of both subgroups;
+* ``audit15-pg-subgroups-slow3`` — the same loop with ``group=sub`` (groups ``1`` and ``2``), rank 3
+  sleeping 5 ms per step before its all-reduces in group {1,3};
 * ``audit15-accum-grad-hooks`` — 2 ranks, DDP in the default grad_hooks mode, gradient accumulation
   (k = 4), buckets of equal size (the last bucket the same size as three others).
 """
@@ -81,6 +83,23 @@ def test_whatif_cannot_save_more_than_the_waiting_ranks_were_blocked() -> None:
     f = next(f for f in diagnose([REAL / "observer-race"]).findings if f.mode == "persistent_straggler")
     assert f.evidence["whatif_bounded_steps"] > 0
     assert f.severity_pct < f.evidence["whatif_from_lateness_pct"] <= 100
+
+
+def test_lateness_in_two_rank_subgroups_is_the_whole_gap() -> None:
+    """Finding 4: rank 3 sleeps 5 ms per step in its 2-rank group {1,3} (its compute is 5.0 ms above
+    rank 1's). The evidence read "late by 2.47 ms/step", "expected 25%" and cause_explains_share 2.08;
+    the severity was 13.1% of a 14.8 ms step."""
+    d = diagnose([REAL / "audit15-pg-subgroups-slow3"])
+    f = next(f for f in d.findings if f.mode == "persistent_straggler")
+    ev = f.evidence
+    assert f.culprits.ranks == [3]
+    assert 4.5 <= ev["median_lateness_ms"] <= 5.5 and 4.5 <= ev["mean_lateness_ms"] <= 5.5
+    assert ev["last_arriver_share_expected"] == 0.5 and ev["last_arriver_share"] > 0.9
+    assert ev["compared_with_ranks"] == [1, 3]
+    assert ev["cause"] == "slower own compute" and 0.9 <= ev["cause_explains_share"] <= 1.0
+    assert 4.5 <= ev["component_excess_ms"]["compute"] <= 5.5
+    # the job loses ~5 ms of a ~15 ms step while rank 1 waits for rank 3
+    assert 25 <= f.severity_pct <= 45
 
 
 def test_grad_hooks_arrival_markers_stay_out_of_the_quiet_baseline() -> None:

@@ -136,6 +136,7 @@ def _chunk(c: pl.DataFrame, aligned: bool, waits: bool = True) -> tuple[pl.DataF
             pl.col("rank").get(pl.col("t_enter_ns").arg_max()).alias("last_rank"),
         ]
         back = ["last_enter", "median_enter"]
+        back2 = pl.col("second_enter")  # of two: the earlier arrival
     else:
         per_basis = [
             pl.col("inside_ns").min().alias("min_inside"),
@@ -144,7 +145,18 @@ def _chunk(c: pl.DataFrame, aligned: bool, waits: bool = True) -> tuple[pl.DataF
             pl.col("rank").get(pl.col("inside_ns").arg_min()).alias("last_rank"),
         ]
         back = ["min_inside", "median_inside"]
+        back2 = pl.col("second_inside")  # of two: the longer stay, i.e. the earlier arrival
     inst = c.group_by(KEYS).agg(*common, *per_basis)
+    # Two members: the median is the midpoint, half the gap — a rank that made its one peer wait 5 ms
+    # read as 2.5 ms late, and when its peer was not early in the step's other collectives nothing
+    # restored the other half (an audit's 2-rank DP subgroups in a 4-rank job: "late by 2.47 ms"
+    # for a 5 ms sleep). The reference of a pair is its earlier arrival: the later rank is late by the
+    # whole gap, the earlier one by 0. (Where a rank is late in every collective of the step, as a
+    # slow rank under DDP, the lateness relative to its peer comes out the same as with the midpoint.)
+    pair = pl.col("n") == 2
+    inst = inst.with_columns(
+        pl.when(pair).then(back2).otherwise(pl.col(back[1])).alias(back[1])
+    )
     inst = inst.with_columns(pl.col("op").cast(pl.String)).with_columns(
         pl.col("op").fill_null("").str.contains(_P2P).alias("p2p")
     )

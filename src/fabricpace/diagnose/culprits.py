@@ -40,19 +40,41 @@ class CulpritScan:
     z: np.ndarray  # [R]
     mean_z: np.ndarray  # [R] mean excess above the ranks' median mean excess, in standard errors
     last_count: np.ndarray  # [R] steps in which the rank was the slowest
-    last_steps: int  # steps with a resolvable slowest rank
+    last_steps: np.ndarray  # [R] steps with a resolvable slowest rank in the rank's set
     last_z: np.ndarray  # [R]
     solo_saving: np.ndarray  # [R] what-if share of replacing this rank alone
     culprit: np.ndarray  # [R] bool
     step_skew: np.ndarray  # [S] max − median lateness
     # [R] bool: late by ≥ straggler_min_excess in ≥ straggler_consistency of steps, z ≥ straggler_z
     consistently_late: np.ndarray | None = None
+    # Rows of the ranks that synchronize with each other (``RunMetrics.sets``): a rank's last-arriver
+    # role and what-if are judged within its set; a single set (the usual case) is the whole job.
+    sets: list[np.ndarray] | None = None
+    last_expected: np.ndarray | None = None  # [R] 1 / size of the rank's set: its share if nothing is wrong
+
+    def last_share(self, rows: np.ndarray) -> tuple[float, float]:
+        """(share of steps in which one of ``rows`` arrived last in its set, that share if nothing were
+        wrong), over the steps of the sets ``rows`` belong to."""
+        n = np.broadcast_to(np.asarray(self.last_steps, dtype=float), self.last_count.shape)
+        exp = self.last_expected if self.last_expected is not None else np.full(n.shape, 1.0 / n.size)
+        sets = self.sets or [np.arange(n.size)]
+        mine = [s for s in sets if np.isin(s, rows).any()]
+        steps = sum(float(n[s[0]]) for s in mine)
+        if steps <= 0:
+            return 0.0, float(exp[rows].sum()) if rows.size else 0.0
+        share = float(self.last_count[rows].sum()) / steps
+        expected = sum(float(n[s[0]]) * float(exp[np.intersect1d(s, rows)].sum()) for s in mine) / steps
+        return share, expected
 
 
 def _stage_groups(m: RunMetrics) -> list[np.ndarray]:
-    if m.stage_of_rank is None:
-        return [np.arange(m.n_ranks)]
-    return [np.flatnonzero(m.stage_of_rank == s) for s in np.unique(m.stage_of_rank)]
+    """Rows compared with each other: each pipeline stage's ranks within each set of ranks that
+    synchronize (``RunMetrics.sets``); all ranks when neither splits them."""
+    groups = m.sets
+    if m.stage_of_rank is not None:
+        stages = [np.flatnonzero(m.stage_of_rank == s) for s in np.unique(m.stage_of_rank)]
+        groups = [g for st in stages for g in (np.intersect1d(st, s) for s in groups) if g.size]
+    return groups
 
 
 def _block_mean_z(dev: np.ndarray, block: int, floor: float) -> np.ndarray:
@@ -77,6 +99,7 @@ def _hidden_behind(
     centred: np.ndarray,
     step_time: np.ndarray,
     cfg: DiagnoseConfig,
+    sets: list[np.ndarray] | None = None,
 ) -> np.ndarray:
     """Add consistently late ranks that are rarely the slowest only because a named culprit is slower
     still, when replacing them too saves ≥ ``straggler_min_saving`` more. Two real gloo ranks sleeping
@@ -87,20 +110,20 @@ def _hidden_behind(
     if not culprit.any() or extra.size == 0:
         return culprit
     out = culprit.copy()
-    base, _ = whatif_saving(centred, out, step_time)
+    base, _ = whatif_saving(centred, out, step_time, sets)
     # Several consistently late ranks share the last-arriver role among themselves (a whole slow node:
     # 8 of 16 ranks, each last in 1/8 of the steps), so adding any one of them saves nothing while the
     # others still hold the step: try them together first. The audit's 2-node run with node 1 10% slow
     # (60 steps) named 6 of node 1's 8 ranks, saved nothing and read "healthy".
     together = out | late
     if extra.size > 1 and together.sum() * 2 <= together.size:
-        gain, _ = whatif_saving(centred, together, step_time)
+        gain, _ = whatif_saving(centred, together, step_time, sets)
         if gain - base >= cfg.straggler_min_saving:
             return together
     for i in extra[np.argsort(-med[extra])]:
         trial = out.copy()
         trial[i] = True
-        gain, _ = whatif_saving(centred, trial, step_time)
+        gain, _ = whatif_saving(centred, trial, step_time, sets)
         if gain - base >= cfg.straggler_min_saving:
             out, base = trial, gain
     return out
@@ -132,21 +155,34 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         mean_z = _block_mean_z(excess, cfg.bootstrap_block, floor)
 
         filled = np.where(np.isnan(centred), -np.inf, centred)
-        top = np.argmax(filled, axis=0)
-        top_val = filled[top, np.arange(s)]
-        second = np.partition(filled, -2, axis=0)[-2] if r >= 2 else np.full(s, -np.inf)
-        step_skew = np.clip(np.nan_to_num(top_val, neginf=0.0), 0, None)
-    resolvable = np.isfinite(top_val) & (top_val > 0)
+        step_skew = np.clip(np.nan_to_num(np.max(filled, axis=0), neginf=0.0), 0, None)
+    # The slowest rank of each step, within each set of ranks that synchronize: N in the expected
+    # 1/N is the set's size (a rank of a 2-rank data-parallel group is last in half its steps when
+    # nothing is wrong, not in 1/world of them).
+    sets = m.sets
     unc = m.clock_uncertainty_ns if m.arrival_basis == "aligned clocks" else None
-    if unc:
-        resolvable &= (top_val - second) > unc
-    counts = np.bincount(top[resolvable], minlength=r).astype(float)
-    n_last = int(resolvable.sum())
-    lz = binomial_z(counts, n_last, 1.0 / r)
-    gain = np.where(resolvable & np.isfinite(second), top_val - np.maximum(second, 0.0), 0.0)
-    solo = np.bincount(top, weights=gain, minlength=r) / max(float(np.nansum(m.step_time)), 1.0)
+    counts = np.zeros(r)
+    n_last = np.zeros(r, dtype=np.int64)
+    expect = np.zeros(r)
+    lz = np.zeros(r)
+    solo = np.zeros(r)
+    for rows in sets:
+        sub = filled[rows]
+        top = rows[np.argmax(sub, axis=0)]
+        top_val = np.max(sub, axis=0)
+        second = np.partition(sub, -2, axis=0)[-2] if rows.size >= 2 else np.full(s, -np.inf)
+        resolvable = np.isfinite(top_val) & (top_val > 0)
+        if unc:
+            resolvable &= (top_val - second) > unc
+        counts += np.bincount(top[resolvable], minlength=r)
+        n_last[rows] = int(resolvable.sum())
+        expect[rows] = 1.0 / rows.size
+        lz[rows] = binomial_z(counts[rows], int(resolvable.sum()), 1.0 / rows.size)
+        gain = np.where(resolvable & np.isfinite(second), top_val - np.maximum(second, 0.0), 0.0)
+        solo += np.bincount(top, weights=gain, minlength=r)
+    solo /= max(float(np.nansum(m.step_time)), 1.0)
 
-    share = counts / max(n_last, 1)
+    share = counts / np.maximum(n_last, 1)
     # DESIGN.md: a straggler also *arrives last* far more often than 1/N — a rank that is a little
     # slower on average but rarely the one everybody waits for costs little and is not named.
     consistently_late = (
@@ -154,12 +190,13 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         & (slower >= cfg.straggler_consistency)
         & (z >= cfg.straggler_z)
     )
-    persistent = consistently_late & (share >= cfg.straggler_last_enrichment / r)
-    often_last = (lz >= cfg.straggler_last_z) & (counts >= 2.0 * n_last / r)
+    persistent = consistently_late & (share >= cfg.straggler_last_enrichment * expect)
+    often_last = (lz >= cfg.straggler_last_z) & (counts >= 2.0 * n_last * expect)
     dominant = (often_last | (mean_z >= cfg.straggler_mean_z)) & (solo >= cfg.straggler_min_saving)
-    culprit = _hidden_behind(persistent | dominant, consistently_late, med, centred, m.step_time, cfg)
-    if culprit.sum() * 2 > r:  # "slower than the others" is meaningless for a majority
-        culprit[:] = False
+    culprit = _hidden_behind(persistent | dominant, consistently_late, med, centred, m.step_time, cfg, sets)
+    for rows in sets:  # "slower than the others" is meaningless for a majority (of the ranks it syncs with)
+        if culprit[rows].sum() * 2 > rows.size:
+            culprit[rows] = False
     return CulpritScan(
         excess=excess,
         centred=centred,
@@ -174,24 +211,36 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         culprit=culprit,
         step_skew=step_skew,
         consistently_late=consistently_late,
+        sets=sets,
+        last_expected=expect,
     )
 
 
 def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarray]:
     """Per culprit row: mean over steps of each step component (compute, data, gc, paced) above the
-    non-culprit ranks' per-step median — what each culprit spends its extra time on. One reference
-    median per component, so this is vectorized over culprits."""
+    per-step median of the non-culprit ranks it synchronizes with (``RunMetrics.sets``; all
+    non-culprit ranks when it has none) — what each culprit spends its extra time on. One reference
+    median per set and component, so this is vectorized over a set's culprits."""
     out: dict[str, np.ndarray] = {}
-    others = np.setdiff1d(np.arange(m.n_ranks), rows)
-    if others.size == 0 or rows.size == 0:
+    everyone = np.setdiff1d(np.arange(m.n_ranks), rows)
+    if everyone.size == 0 or rows.size == 0:
         return out
+    groups: list[tuple[np.ndarray, np.ndarray]] = []  # (positions in rows, reference rows)
+    for st in m.sets:
+        pos = np.flatnonzero(np.isin(rows, st))
+        if pos.size:
+            peers = np.setdiff1d(st, rows)
+            groups.append((pos, peers if peers.size else everyone))
     for name in ("compute", "data", "gc", "paced"):
         comp = m.components.get(name)
         if comp is None:
             continue
-        ref = nanmedian(comp[others], axis=0)
-        with np.errstate(all="ignore"):  # the mean, so intermittent pauses count (a median hides them)
-            out[name] = np.atleast_1d(np.nanmean(comp[rows] - ref, axis=1))
+        vals = np.full(rows.size, np.nan)
+        for pos, ref_rows in groups:
+            ref = nanmedian(comp[ref_rows], axis=0)
+            with np.errstate(all="ignore"):  # the mean, so intermittent pauses count (a median hides them)
+                vals[pos] = np.nanmean(comp[rows[pos]] - ref, axis=1)
+        out[name] = vals
     return out
 
 

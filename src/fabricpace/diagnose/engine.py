@@ -72,7 +72,7 @@ def _late_but_unnamed(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> st
     late = sc.consistently_late
     if late is None or not late.any():
         return None
-    saving, _ = whatif_saving(sc.centred, late, m.step_time)
+    saving, _ = whatif_saving(sc.centred, late, m.step_time, m.sets)
     if saving < cfg.straggler_min_saving:
         return None
     ranks = [int(v) for v in m.ranks[late]]

@@ -49,6 +49,11 @@ class RunMetrics:
     stage_of_rank: np.ndarray | None  # [R] pipeline stage, when known
     notes: list[str] = field(default_factory=list)
     samples: np.ndarray | None = None  # [R, S] samples per rank and step (None when not recorded)
+    # Rows (indices into ``ranks``) of the ranks that synchronize with each other through recorded
+    # collectives: one set when every rank is linked to every other (one job-wide group, or TP × DP
+    # groups that overlap); several when the recorded groups split the ranks (DP subgroups {0,2} and
+    # {1,3} with no job-wide collective recorded). Lateness is judged within a set.
+    sync_sets: list[np.ndarray] = field(default_factory=list)
     # Groups left out because their rows are not one collective per (group, seq)
     # (``arrivals.inconsistent_groups``): group, instances, early_exits, max_gap_ms.
     dropped_groups: list[dict[str, Any]] = field(default_factory=list)
@@ -72,6 +77,11 @@ class RunMetrics:
         if "wait" in self.components:
             return self.components["wait"]
         return self.duration - self.work if self.work is not None else None
+
+    @property
+    def sets(self) -> list[np.ndarray]:
+        """``sync_sets``, or all ranks as one set."""
+        return self.sync_sets or [np.arange(self.n_ranks)]
 
     def dropped_reason(self) -> str | None:
         """Why collectives were left out (``dropped_groups``), in words; None when none were."""
@@ -221,6 +231,7 @@ def build_metrics(
             comps[name] = grid(col)
 
     inst = late = wait = members = None
+    sets: list[np.ndarray] = []
     basis = "none"
     if arr is not None and arr.rows and all_ranks.size >= 2:
         basis = "aligned clocks" if unc is not None else "collective durations"
@@ -230,6 +241,7 @@ def build_metrics(
                 "rank's time inside each collective, which needs no common clock"
             )
         inst, members = arr.instances, arr.members
+        sets = _sync_sets(all_ranks, inst, members)
         cols = index_of(step_ids, all_steps)
         assert arr.late is not None
         late = arr.late[:, cols]
@@ -275,5 +287,40 @@ def build_metrics(
         stage_of_rank=stage,
         notes=notes,
         samples=rank_samples,
+        sync_sets=sets,
         dropped_groups=dropped,
     )
+
+
+def _sync_sets(
+    ranks: np.ndarray, inst: pl.DataFrame | None, members: pl.DataFrame | None
+) -> list[np.ndarray]:
+    """Connected components of "shares an arrival collective with" over the ranks (rows into ``ranks``):
+    [] (one set of all ranks) unless the recorded groups split the ranks into two or more sets of two
+    or more. Label propagation over the (group, rank) pairs: each pass gives every member the smallest
+    label in its groups, until nothing changes (passes ≤ the graph's diameter, vectorized)."""
+    if inst is None or members is None or ranks.size < 4:
+        return []
+    arrival = inst.filter((pl.col("n") >= 2) & ~pl.col("p2p"))["group"].unique()
+    pairs = members.filter(pl.col("group").is_in(arrival.to_list()))
+    if pairs.height == 0:
+        return []
+    _, gid = np.unique(pairs["group"].cast(pl.String).to_numpy().astype(str), return_inverse=True)
+    row = index_of(pairs["rank"].to_numpy().astype(np.int64), ranks)
+    ok = row >= 0
+    gid, row = gid[ok], row[ok]
+    label = np.arange(ranks.size)
+    while True:
+        low = np.full(int(gid.max()) + 1 if gid.size else 0, ranks.size)
+        np.minimum.at(low, gid, label[row])
+        new = label.copy()
+        np.minimum.at(new, row, low[gid])
+        if np.array_equal(new, label):
+            break
+        label = new
+    linked = np.zeros(ranks.size, dtype=bool)
+    linked[row] = True
+    sets = [np.flatnonzero(label == v) for v in np.unique(label[linked])]
+    if sum(s.size >= 2 for s in sets) < 2:
+        return []
+    return sets + [np.array([i]) for i in np.flatnonzero(~linked)]

@@ -57,12 +57,18 @@ def _cause(comp: dict[str, float], lateness_ns: float, min_share: float = 0.5) -
     excess explains at least ``min_share`` of the lateness (the mean over steps, like the components):
     a real healthy 2-rank run was 2.5 ms late per step with 0.5 ms more compute (20%), and the finding
     said "slower own compute — drain or replace it". Otherwise the rank starts its steps late or leaves
-    the previous collective late, which no step component records."""
+    the previous collective late, which no step component records.
+
+    The share is at most 1: a component's excess above the peers can be a little more than the
+    lateness it explains (both are means over steps, the component against the peers' median of that
+    component, the lateness against their arrivals), and "explains 208%" read as an error — an audit's
+    DP-subgroup run, before lateness was judged within the subgroup. The excess itself stays in
+    ``component_excess_ms``."""
     pos = {k: v for k, v in comp.items() if v > 0}
     if not pos:
         return "unknown (no step component explains the lateness)", None
     name = max(pos, key=lambda k: pos[k])
-    share = pos[name] / lateness_ns if lateness_ns > 0 else None
+    share = min(pos[name] / lateness_ns, 1.0) if lateness_ns > 0 else None
     if share is not None and share < min_share:
         return UNEXPLAINED, share
     return _CAUSES[name], share
@@ -88,7 +94,7 @@ def culprit_finding(
     """A finding for the culprit rows (straggler or rank-level input stall); None below threshold."""
     mask = np.zeros(m.n_ranks, dtype=bool)
     mask[rows] = True
-    raw, per_step = whatif_saving(sc.centred, mask, m.step_time)
+    raw, per_step = whatif_saving(sc.centred, mask, m.step_time, m.sets)
     per_step, bounded = cap_by_wait(per_step, m.step_wait, m.step_time, mask)
     total = float(np.nansum(m.step_time))
     saving = float(per_step.sum()) / total if total > 0 else 0.0
@@ -101,10 +107,10 @@ def culprit_finding(
     with np.errstate(all="ignore"):
         mean_late = float(nanmedian(np.nanmean(sc.excess[rows], axis=1)))
     cause, explained = _cause(comp, mean_late, cfg.cause_min_share)
-    share = float(sc.last_count[rows].sum() / max(sc.last_steps, 1))
+    share, expected = sc.last_share(rows)
     evidence: dict[str, Any] = {
         "last_arriver_share": share,
-        "last_arriver_share_expected": len(rows) / m.n_ranks,
+        "last_arriver_share_expected": expected,
         "median_lateness_ms": float(np.median(sc.median_excess[rows])) / 1e6,
         "lateness_share_of_step": float(np.median(sc.median_excess[rows])) / mean_step,
         "slower_than_peers_share_of_steps": float(np.min(sc.slower_share[rows])),
@@ -120,6 +126,9 @@ def culprit_finding(
     if bounded:  # lateness beyond what the waiting ranks were blocked in those steps (cap_by_wait)
         evidence["whatif_bounded_steps"] = bounded
         evidence["whatif_from_lateness_pct"] = 100 * raw
+    if len(m.sets) > 1:  # judged within the ranks it synchronizes with, not against the whole job
+        peers = sorted({int(v) for st in m.sets if np.isin(st, rows).any() for v in m.ranks[st]})
+        evidence["compared_with_ranks"] = peers
     loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
     evidence["shared_locality"] = loc
     nodes = nodes_of(m, ranks)

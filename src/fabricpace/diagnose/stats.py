@@ -66,20 +66,36 @@ def loo_median(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def whatif_saving(excess: np.ndarray, replace: np.ndarray, step_time: np.ndarray) -> tuple[float, np.ndarray]:
+def whatif_saving(
+    excess: np.ndarray,
+    replace: np.ndarray,
+    step_time: np.ndarray,
+    sets: list[np.ndarray] | None = None,
+) -> tuple[float, np.ndarray]:
     """Replace the rows in ``replace`` with the per-step median of the other rows; recompute the
     synchronized step (its length follows the slowest rank) and return (saving share, per-step saving ns).
+
+    ``sets``: rows that synchronize with each other (``RunMetrics.sets``). Each set is its own
+    synchronized step — a culprit is replaced by its own set's median — and a step saves what its most
+    improved set saves (the sets run side by side, not one after another). None: one set of all rows.
     """
     if not replace.any():
         return 0.0, np.zeros(excess.shape[1])
-    keep = ~replace
-    with np.errstate(all="ignore"):
-        fill = np.nanmedian(excess[keep], axis=0) if keep.any() else np.nanmedian(excess, axis=0)
-        new = excess.copy()
-        new[replace] = fill
-        before = np.nanmax(excess, axis=0)
-        after = np.nanmax(new, axis=0)
-    per_step = np.nan_to_num(np.clip(before - after, 0, None))
+    if sets is not None and len(sets) > 1:
+        per_step = np.zeros(excess.shape[1])
+        for rows in sets:
+            if replace[rows].any():
+                _, part = whatif_saving(excess[rows], replace[rows], step_time)
+                np.maximum(per_step, part, out=per_step)
+    else:
+        keep = ~replace
+        with np.errstate(all="ignore"):
+            fill = np.nanmedian(excess[keep], axis=0) if keep.any() else np.nanmedian(excess, axis=0)
+            new = excess.copy()
+            new[replace] = fill
+            before = np.nanmax(excess, axis=0)
+            after = np.nanmax(new, axis=0)
+        per_step = np.nan_to_num(np.clip(before - after, 0, None))
     total = float(np.nansum(step_time))
     return (float(per_step.sum()) / total if total > 0 else 0.0), per_step
 
