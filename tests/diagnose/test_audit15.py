@@ -1,4 +1,4 @@
-"""Fixes for the observer audit 15 (findings 1, 3 and 4, diagnose side), each pinned on a real run.
+"""Fixes for the observer audit 15 (findings 1, 3, 4 and 5, diagnose side), each pinned on a real run.
 
 Recorded runs (``data/real``, compacted from the audit's run directories: manifest, ranks, steps,
 collectives; real gloo ranks on one host under the observer):
@@ -9,11 +9,14 @@ collectives; real gloo ranks on one host under the observer):
 * ``audit15-pg-subgroups-slow3`` — the same loop with ``group=sub`` (groups ``1`` and ``2``), rank 3
   sleeping 5 ms per step before its all-reduces in group {1,3};
 * ``audit15-accum-grad-hooks`` — 2 ranks, DDP in the default grad_hooks mode, gradient accumulation
-  (k = 4), buckets of equal size (the last bucket the same size as three others).
+  (k = 4), buckets of equal size (the last bucket the same size as three others);
+* ``audit15-eval-ckpt`` — 2 ranks, DDP, an evaluation every 20 steps and a checkpoint every 50
+  (rank 0 sleeps 0.5 s): 2.64 s of the 5.15 s loop is between steps.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +123,21 @@ def test_contention_abstains_with_the_true_reason() -> None:
     reason = next(a.reason for a in d.abstained if a.mode == "topology_contention")
     assert "need 10; 8 instances with a completion" in reason and "arrival markers" in reason
     assert "at most 8 of one shape" in reason
+
+
+def test_wall_time_outside_steps_is_reported(recorded, cli) -> None:
+    """Finding 5: 2.64 s of the 5.15 s loop was evaluation and checkpoints between steps; diagnose
+    never said so. The JSON has the share and the text a warning under the run's line."""
+    d = diagnose([REAL / "audit15-eval-ckpt"])
+    m = d.runs[0].metrics
+    assert 0.45 <= m["out_of_step_share"] <= 0.6 and 4.5 <= m["wall_s"] <= 5.5
+    assert "lies outside steps" in d.runs[0].warnings[0]
+    quiet = diagnose([REAL / "audit15-accum-grad-hooks"])
+    assert quiet.runs[0].metrics["out_of_step_share"] < 0.05
+    assert not any("outside steps" in w for w in quiet.runs[0].warnings)
+    run = recorded("audit15-eval-ckpt")
+    text = cli("diagnose", str(run))
+    assert text.returncode == 0, text.stderr
+    assert "warning: 53% of wall time" in " ".join(text.stdout.split()) and "outside steps" in text.stdout
+    out = cli("diagnose", str(run), "--format", "json")
+    assert json.loads(out.stdout)["runs"][0]["metrics"]["out_of_step_share"] > 0.45

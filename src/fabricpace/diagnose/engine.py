@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from fabricpace._errors import InputError
 from fabricpace.diagnose import (
@@ -105,7 +106,43 @@ def _headline(m: RunMetrics) -> dict[str, Any]:
         }
         if m.instances is not None:
             out["collective_instances"] = int(m.instances.height)
+    out.update(_out_of_step(m))
     return out
+
+
+_OUT_OF_STEP_WARN = 0.10  # above this share of wall time outside steps, the run's warnings say so
+
+
+def _out_of_step(m: RunMetrics) -> dict[str, float]:
+    """Wall time outside steps: per rank, on its own clock, the span from its first to its last used
+    step (warm-up left out) minus the time inside its steps in that span; the median rank's share,
+    span and time outside. Evaluation, checkpoints and logging between steps — or a rank waiting
+    there for others — are in no step: an audit's run spent 2.64 s of 5.15 s there, and step-based
+    numbers (severity, throughput per step) described only the other half without saying so."""
+    st = m.run.steps
+    if m.n_steps == 0 or st.height == 0 or not {"t_start_ns", "t_end_ns"} <= set(st.columns):
+        return {}
+    lo, hi = int(m.steps[0]), int(m.steps[-1])
+    t0, t1 = pl.col("t_start_ns"), pl.col("t_end_ns")
+    per = (
+        st.filter(pl.col("step").is_between(lo, hi) & t0.is_not_null() & t1.is_not_null())
+        .group_by("rank")
+        .agg(
+            (t1.max() - t0.min()).cast(pl.Float64).alias("span"),
+            (t1 - t0).clip(lower_bound=0).sum().cast(pl.Float64).alias("inside"),
+        )
+        .filter(pl.col("span") > 0)
+    )
+    if per.height == 0:
+        return {}
+    span = per["span"].to_numpy()
+    out = np.clip(span - per["inside"].to_numpy(), 0, None)
+    i = int(np.argsort(out / span)[(span.size - 1) // 2])  # the median rank (lower median: a real one)
+    return {
+        "out_of_step_share": float(out[i] / span[i]),
+        "out_of_step_s": float(out[i]) / 1e9,
+        "wall_s": float(span[i]) / 1e9,
+    }
 
 
 def diagnose_metrics(
@@ -209,6 +246,14 @@ def diagnose_metrics(
         metrics["dropped_groups"] = m.dropped_groups
         if m.lateness is not None:
             said.append(f"{m.dropped_reason()}; the diagnosis reads the other collectives")
+    share = metrics.get("out_of_step_share")
+    if share is not None and share > _OUT_OF_STEP_WARN:
+        said.append(
+            f"{share:.0%} of wall time ({metrics['out_of_step_s']:.1f} s of {metrics['wall_s']:.1f} s, "
+            f"median rank) lies outside steps — work between steps (evaluation, checkpoints, logging) or "
+            f"waiting there: step times, severities and per-step rates describe only the other "
+            f"{1 - share:.0%}"
+        )
     summary = RunSummary(
         path=m.path,
         run_id=man.run_id,
