@@ -2,8 +2,12 @@
 
 One process per rank (named with its node and host when known); thread 1 holds the steps, thread 2
 the collectives (enter → exit, with the skew wait and the transfer in args), thread 3 the ops when
-asked for. Times are µs on the run's aligned timeline. Events are streamed to a temporary file and
-renamed into place, so a large run never sits in memory as one JSON document.
+asked for (and only then named). A collective whose completion the observer did not see (DDP's
+hook-free mode records every bucket but the backward's last as an arrival marker, ``t_exit = t_enter``)
+is an instant event at its arrival with ``completion: "not observed"``, and its instance's transfer is
+null, not 0: a slice of zero length cannot be seen, and "transfer 0" would be a claim. Times are µs
+on the run's aligned timeline. Events are streamed to a temporary file and renamed into place, so a
+large run never sits in memory as one JSON document.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ STEP_TID, COLL_TID, OPS_TID = 1, 2, 3
 _SLICE_ROWS = 100_000
 
 
-def _meta_events(run: RunData) -> Iterator[dict[str, Any]]:
+def _meta_events(run: RunData, ops: bool = False) -> Iterator[dict[str, Any]]:
     info = {int(r["rank"]): r for r in run.ranks.iter_rows(named=True)} if run.ranks.height else {}
     ranks = sorted(set(run.steps["rank"].to_list()) | set(info))
     for r in ranks:
@@ -35,7 +39,8 @@ def _meta_events(run: RunData) -> Iterator[dict[str, Any]]:
         yield {"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                "args": {"name": f"rank {r}" + (f" ({where})" if where else "")}}
         yield {"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}}
-        for tid, label in ((STEP_TID, "steps"), (COLL_TID, "collectives"), (OPS_TID, "ops")):
+        threads = ((STEP_TID, "steps"), (COLL_TID, "collectives"), *(((OPS_TID, "ops"),) if ops else ()))
+        for tid, label in threads:
             yield {"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": label}}
 
 
@@ -58,15 +63,31 @@ def _step_events(steps: pl.DataFrame) -> pl.DataFrame:
                    pl.col("t_end_ns") - pl.col("t_start_ns"), [pl.col("step"), *map(pl.col, extra)])
 
 
-def _collective_events(coll: pl.DataFrame) -> pl.DataFrame:
+def _collective_events(coll: pl.DataFrame) -> list[pl.DataFrame]:
+    """Slices for the collectives seen to complete, instant events for arrival markers."""
     inst = ["group", "seq"]
     last = pl.col("t_enter_ns").max().over(inst)
-    return _events(
-        coll, "collective", pl.col("op"), COLL_TID, "t_enter_ns", pl.col("t_exit_ns") - pl.col("t_enter_ns"),
-        [pl.col("group").cast(pl.String), pl.col("seq"), pl.col("step"), pl.col("bytes"),
-         (last - pl.col("t_enter_ns")).alias("skew_wait_ns"),
-         (pl.col("t_exit_ns").min().over(inst) - last).clip(lower_bound=0).alias("transfer_ns")],
+    stay = pl.col("t_exit_ns") - pl.col("t_enter_ns")
+    seen = (stay.min().over(inst) > 0).fill_null(False)  # every row of the instance saw its completion
+    transfer = pl.when(seen).then((pl.col("t_exit_ns").min().over(inst) - last).clip(lower_bound=0))
+    args = [pl.col("group").cast(pl.String), pl.col("seq"), pl.col("step"), pl.col("bytes"),
+            (last - pl.col("t_enter_ns")).alias("skew_wait_ns"), transfer.alias("transfer_ns")]
+    marker = (stay == 0).fill_null(False)
+    c = coll.with_columns(marker.alias("_marker"))
+    slices = _events(
+        c.filter(~pl.col("_marker")), "collective", pl.col("op"), COLL_TID, "t_enter_ns", stay, args
     )
+    marks = c.filter(pl.col("_marker"))
+    if marks.height == 0:
+        return [slices]
+    instants = marks.select(
+        pl.lit("i").alias("ph"), pl.lit("collective").alias("cat"),
+        pl.col("op").cast(pl.String).alias("name"),
+        pl.col("rank").cast(pl.Int64).alias("pid"), pl.lit(COLL_TID).alias("tid"),
+        (pl.col("t_enter_ns") / 1000.0).alias("ts"), pl.lit("t").alias("s"),
+        pl.struct([*args, pl.lit("not observed").alias("completion")]).alias("args"),
+    )
+    return [slices, instants]
 
 
 def _op_events(ops: pl.DataFrame) -> pl.DataFrame:
@@ -128,10 +149,11 @@ def export_perfetto(
             fh.write(('{"displayTimeUnit":"ms","otherData":' + json.dumps({
                 "run_id": run.manifest.run_id, "source": run.manifest.source,
                 "world_size": run.world_size, "exported_by": "fabricpace"}) + ',"traceEvents":[\n').encode())
-            first = _write_events(fh, _meta_events(run), True)
+            first = _write_events(fh, _meta_events(run, ops=ops and o.height > 0), True)
             first = _write_events(fh, _step_events(s.sort(["rank", "step"])), first)
             for c in chunks:
-                first = _write_events(fh, _collective_events(c), first)
+                for events in _collective_events(c):
+                    first = _write_events(fh, events, first)
             for w in table.warnings[len(seen):]:  # chunks found unreadable while reading them
                 print(f"fabricpace: warning: {w}", file=sys.stderr)
             if ops:
