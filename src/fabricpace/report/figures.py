@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from fabricpace.report import data as rd
+from fabricpace.report.timeline import MAX_TIMELINE_RANKS, pick_ranks
 from fabricpace.run.reader import RunData
 
 COLORS = {
@@ -44,32 +45,78 @@ def _layout(fig: go.Figure, title: str, *, height: int = 420) -> go.Figure:
     return fig
 
 
+MANY_RANKS = 200  # above this, per-rank bars touch and lose their outline (else they alias into stripes)
+
+
+def color_range(z: np.ndarray) -> tuple[float, float] | None:
+    """(zmin, zmax) of a heatmap in ms: its values' range, but at least 2% of their median (and
+    0.1 ms) wide, centred on them. A healthy simulated run's step times differ by 1 ns: autoscaled, the
+    1-ns shorter steps read as dark stripes across every rank. None when there are no values."""
+    finite = z[np.isfinite(z)]
+    if finite.size == 0:
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    span = max(0.02 * abs(float(np.median(finite))), 0.1)
+    if hi - lo >= span:
+        return lo, hi
+    mid = (lo + hi) / 2
+    lo, hi = mid - span / 2, mid + span / 2
+    if float(finite.min()) >= 0 > lo:  # a range of times stays at or above 0
+        lo, hi = 0.0, hi - lo
+    return lo, hi
+
+
+def _tick_format(lo: float, hi: float) -> str:
+    """Colour-bar ticks with as many decimals as the range needs (2 of them significant), at most 3."""
+    span = hi - lo
+    decimals = 0 if span <= 0 else int(min(3, max(0, 1 - np.floor(np.log10(span)))))
+    return f".{decimals}f"
+
+
 def heatmap(run: RunData, waits: pl.DataFrame | None = None) -> go.Figure:
-    """Rank × step heatmap of step time, with buttons for own compute and wait for peers."""
+    """Rank × step heatmap of own compute (who is slow), with buttons for the time lost to late peers
+    (who waits) and step time (equal on every rank under synchronous training, so not the default)."""
     ranks, cols, mats, per_col = rd.heatmap_matrices(run, waits=waits)
     binned = f" (mean of {per_col} steps per column)" if per_col > 1 else ""
     fig = go.Figure()
-    keys = list(mats)
+    keys = [k for k in ("compute_ns", "skew_wait_ns", "dur_ns") if k in mats]
     for i, key in enumerate(keys):
         label = rd.HEATMAP_VALUES[key]
+        z = mats[key]
+        rng = color_range(z)
+        extra: dict[str, object] = {}
+        if rng is not None:
+            extra = {"zmin": rng[0], "zmax": rng[1]}
         fig.add_trace(go.Heatmap(
-            z=mats[key], x=cols, y=ranks, colorscale="Viridis", visible=i == 0, name=label,
-            colorbar={"title": {"text": "ms"}},
-            hovertemplate=f"rank %{{y}}<br>step %{{x}}<br>{label} %{{z:.2f}} ms<extra></extra>",
+            z=z, x=cols, y=ranks, colorscale="Viridis", visible=i == 0, name=label,
+            colorbar={"title": {"text": "ms"}, "tickformat": _tick_format(*rng) if rng else ".2f"},
+            hovertemplate=f"rank %{{y}}<br>step %{{x}}<br>{label} %{{z:.2f}} ms<extra></extra>", **extra,
         ))
+    title = [f"Per-rank {rd.HEATMAP_VALUES[k]} (rank × step){binned}" for k in keys]
     if len(keys) > 1:
         buttons = [{"label": rd.HEATMAP_VALUES[k], "method": "update",
-                    "args": [{"visible": [j == i for j in range(len(keys))]}]} for i, k in enumerate(keys)]
+                    "args": [{"visible": [j == i for j in range(len(keys))]}, {"title.text": title[i]}]}
+                   for i, k in enumerate(keys)]
         fig.update_layout(updatemenus=[{"buttons": buttons, "direction": "right", "type": "buttons",
-                                        "x": 1.0, "xanchor": "right", "y": 1.13, "yanchor": "top"}])
+                                        "x": 1.0, "xanchor": "right", "y": 1.01, "yanchor": "bottom"}])
     fig.update_xaxes(title_text="step")
+    if len(cols) <= 30:
+        fig.update_xaxes(tickmode="array", tickvals=list(cols))
     fig.update_yaxes(title_text="rank", autorange="reversed")
+    if len(ranks) <= 32:  # whole ranks only (2 ranks read -0.5, 0, 0.5, 1, 1.5)
+        fig.update_yaxes(tickmode="array", tickvals=list(ranks))
     height = int(min(900, max(320, 14 * len(ranks) + 140)))
-    hint = " — buttons: own compute, wait for peers" if len(keys) > 1 else ""
-    return _layout(fig, f"Per-rank step time (rank × step){binned}{hint}", height=height)
+    fig = _layout(fig, title[0] if title else "Per-rank step time (rank × step)", height=height)
+    # The buttons sit in the top margin, between the title and the plot, not on the plot.
+    return fig.update_layout(margin={"t": 95}) if len(keys) > 1 else fig
 
 
-def skew_distribution(inst: pl.DataFrame) -> go.Figure:
+def warmup_words(warmup: int) -> str:
+    """'after 20 warm-up steps' ('' without a warm-up)."""
+    return "" if warmup <= 0 else f"after {warmup} warm-up step{'s' if warmup != 1 else ''}"
+
+
+def skew_distribution(inst: pl.DataFrame, warmup: int = 0) -> go.Figure:
     skew = inst["skew_ns"].to_numpy().astype(np.float64) / rd.MS
     fig = go.Figure()
     if len(skew):
@@ -77,43 +124,56 @@ def skew_distribution(inst: pl.DataFrame) -> go.Figure:
         mids = (edges[:-1] + edges[1:]) / 2
         fig.add_bar(x=mids, y=counts, width=np.diff(edges), marker_color=COLORS["skew_wait"],
                     hovertemplate="%{x:.3f} ms: %{y} instances<extra></extra>", name="instances")
-        for q, dash in ((50, "dot"), (95, "dash")):
-            v = float(np.percentile(skew, q))
+        p50, p95 = (float(np.percentile(skew, q)) for q in (50, 95))
+        # The labels sit on either side of their lines, so close quantiles do not print over each other.
+        for q, v, dash, side in ((50, p50, "dot", "top left"), (95, p95, "dash", "top right")):
             fig.add_vline(x=v, line_dash=dash, line_color="#333",
-                          annotation_text=f"p{q} {v:.2f} ms", annotation_position="top right")
-    fig.update_xaxes(title_text="arrival skew per collective instance (last − first arrival), ms")
+                          annotation_text=f"p{q} {v:.2f} ms", annotation_position=side)
+    fig.update_xaxes(title_text="arrival spread per collective instance (last − first arrival), ms",
+                     rangemode="nonnegative")
     fig.update_yaxes(title_text="instances")
-    return _layout(fig, f"Arrival skew distribution ({len(skew)} collective instances)")
+    after = f", {warmup_words(warmup)}" if warmup > 0 else ""
+    return _layout(fig, f"Arrival spread distribution ({len(skew):,} collective instances{after})")
 
 
-def last_arrivers(share: pl.DataFrame) -> go.Figure:
+def last_arrivers(share: pl.DataFrame, warmup: int = 0) -> go.Figure:
     n = max(share.height, 1)
     fig = go.Figure(
         go.Bar(x=share["rank"].to_numpy(), y=share["share"].to_numpy(), marker_color=COLORS["skew_wait"],
                customdata=share["count"].to_numpy(),
                hovertemplate="rank %{x}: last in %{customdata} instances (%{y:.1%})<extra></extra>")
     )
+    # The line is the share each rank would have if none were persistently late, not a verdict: the
+    # label said "(no persistent straggler)" above a rank last in 100% of the instances.
     fig.add_hline(y=1.0 / n, line_dash="dash", line_color="#333",
-                  annotation_text=f"1/N = {1.0 / n:.1%} (no persistent straggler)")
+                  annotation_text=f"1/N = {1.0 / n:.1%} (expected if no rank were persistently late)",
+                  annotation_position="top left")
     fig.update_xaxes(title_text="rank", type="category" if n <= 64 else "linear")
     top = float(share["share"].to_numpy().max()) if share.height else 0.0
     fig.update_yaxes(title_text="share of instances where the rank arrived last",
                      tickformat=".0%" if top >= 0.1 else ".1%")
-    return _layout(fig, "Last-arriver share by rank")
+    if n > MANY_RANKS:
+        fig.update_layout(bargap=0)
+        fig.update_traces(marker_line_width=0)
+    after = f" ({warmup_words(warmup)})" if warmup > 0 else ""
+    return _layout(fig, f"Last-arriver share by rank{after}")
 
 
-def breakdown_bars(b: pl.DataFrame) -> go.Figure:
+def breakdown_bars(b: pl.DataFrame, warmup: int = 0) -> go.Figure:
     fig = go.Figure()
+    many = b.height > MANY_RANKS
     if b.height:
         for part in COLORS:
             if part in b.columns and float(b[part].sum()) > 0:
                 fig.add_bar(x=b["rank"].to_numpy(), y=b[part].to_numpy(), name=LABELS[part],
-                            marker_color=COLORS[part],
+                            marker_color=COLORS[part], marker_line_width=0 if many else None,
                             hovertemplate=f"rank %{{x}}: {LABELS[part]} %{{y:.2f}} ms<extra></extra>")
-    fig.update_layout(barmode="stack")
+    # The legend always shows, also for one part: it is where the colours are named.
+    fig.update_layout(barmode="stack", showlegend=True, bargap=0 if many else None)
     fig.update_xaxes(title_text="rank", type="category" if b.height <= 64 else "linear")
     fig.update_yaxes(title_text="mean per step, ms")
-    return _layout(fig, "Where each rank's step goes: compute, waiting for peers, transfer")
+    after = f" ({warmup_words(warmup)})" if warmup > 0 else ""
+    return _layout(fig, f"Where each rank's step goes: compute, waiting for peers, transfer{after}")
 
 
 def scaling(rows: pl.DataFrame) -> go.Figure:
@@ -142,20 +202,21 @@ def scaling(rows: pl.DataFrame) -> go.Figure:
     return _layout(fig, "Scaling across runs", height=460)
 
 
-def timeline(run: RunData, steps: tuple[int, int], *, max_ranks: int = 48) -> go.Figure:
-    """Per-rank timeline of the chosen steps (the paper's Figure 2): step, waiting for peers, transfer."""
+def timeline(
+    run: RunData,
+    steps: tuple[int, int],
+    *,
+    max_ranks: int = MAX_TIMELINE_RANKS,
+    ranks: list[int] | None = None,
+) -> go.Figure:
+    """Per-rank timeline of the chosen steps (the paper's Figure 2): step, waiting for peers, transfer.
+    ``ranks``: the ranks drawn (default ``pick_ranks``, as the phase timeline draws them)."""
     lo, hi = steps
-    s = run.steps.filter(pl.col("step").is_between(lo, hi))
-    c = run.collectives.filter(pl.col("step").is_between(lo, hi))
-    ranks = sorted(s["rank"].unique().to_list())
-    if len(ranks) > max_ranks:  # keep the slowest ranks of the window and an even sample of the rest
-        slow = (s.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("d"))
-                .group_by("rank").agg(pl.col("compute_ns").sum()).sort("compute_ns", descending=True))
-        keep = set(slow["rank"].head(max_ranks // 2).to_list())
-        keep |= set(ranks[:: max(1, len(ranks) // (max_ranks - len(keep)))])
-        ranks = sorted(keep)[:max_ranks]
-        s = s.filter(pl.col("rank").is_in(ranks))
-        c = c.filter(pl.col("rank").is_in(ranks))
+    if ranks is None:
+        ranks = pick_ranks(run, max_ranks)
+    s = run.steps.filter(pl.col("step").is_between(lo, hi) & pl.col("rank").is_in(ranks))
+    c = run.collectives.filter(pl.col("step").is_between(lo, hi) & pl.col("rank").is_in(ranks))
+    ranks = sorted(set(ranks) & set(s["rank"].to_list()))
     t0 = float(s["t_start_ns"].to_numpy().min()) if s.height else 0.0
     fig = go.Figure()
     y = [f"rank {r}" for r in s["rank"].to_list()]
@@ -171,7 +232,7 @@ def timeline(run: RunData, steps: tuple[int, int], *, max_ranks: int = 48) -> go
         lst = last["last"].to_numpy().astype(np.float64)
         ext = last["t_exit_ns"].to_numpy().astype(np.float64)
         fig.add_bar(y=yc, x=(lst - enter) / rd.MS, base=(enter - t0) / rd.MS, orientation="h",
-                    name=LABELS["skew_wait"], marker_color=COLORS["skew_wait"],
+                    name="before the last rank arrived", marker_color=COLORS["skew_wait"],
                     hovertemplate="waited %{x:.2f} ms<extra>%{y}</extra>")
         fig.add_bar(y=yc, x=(np.maximum(ext, lst) - lst) / rd.MS, base=(lst - t0) / rd.MS, orientation="h",
                     name="in collective after last arrival", marker_color=COLORS["transfer"],

@@ -25,6 +25,7 @@ SEGMENTS = (
 ROW_PX = 28  # height of one rank's row
 MIN_PLOT_PX = 160  # smallest plot area (a 1-rank timeline still reads as a chart)
 MAX_HEIGHT_PX = 1100  # 32 ranks (the most drawn) fit
+MAX_TIMELINE_RANKS = 32  # the report's two timelines draw the same ranks, at most this many
 
 
 def pick_ranks(run: RunData, max_ranks: int) -> list[int]:
@@ -38,13 +39,21 @@ def pick_ranks(run: RunData, max_ranks: int) -> list[int]:
     return sorted(set(spaced) | set(slowest))
 
 
-def timeline_figure(run: RunData, steps: tuple[int, int] | None = None, *, max_ranks: int = 32) -> go.Figure:
-    """Gantt-style figure of steps ``steps[0]..steps[1]`` (inclusive; default: 3 steps mid-run)."""
+def timeline_figure(
+    run: RunData,
+    steps: tuple[int, int] | None = None,
+    *,
+    max_ranks: int = MAX_TIMELINE_RANKS,
+    ranks: list[int] | None = None,
+) -> go.Figure:
+    """Gantt-style figure of steps ``steps[0]..steps[1]`` (inclusive; default: 3 steps mid-run), of
+    ``ranks`` (default: ``pick_ranks(run, max_ranks)``)."""
     all_steps = sorted(run.steps["step"].unique().to_list())
     if steps is None:
         mid = all_steps[len(all_steps) // 2] if all_steps else 0
         steps = (mid, mid + 2)
-    ranks = pick_ranks(run, max_ranks)
+    if ranks is None:
+        ranks = pick_ranks(run, max_ranks)
     sel = run.steps.filter(pl.col("step").is_between(steps[0], steps[1]) & pl.col("rank").is_in(ranks)).sort(
         ["rank", "step"]
     )
