@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
@@ -179,6 +180,16 @@ def default_steps(run: RunData, width: int = 1) -> tuple[int, int] | None:
     return int(steps[max(0, i - width)]), int(steps[min(len(steps) - 1, i + width)])
 
 
+def check_steps(run: RunData, name: str, window: tuple[int, int]) -> None:
+    """InputError when the run has none of the steps ``window`` asks for (--steps)."""
+    lo, hi = window
+    have = run.steps["step"].drop_nulls().to_numpy() if run.steps.height else np.zeros(0, dtype=np.int64)
+    if ((have >= lo) & (have <= hi)).any():
+        return
+    where = f"it has steps {int(have.min())}–{int(have.max())}" if have.size else "it has no steps"
+    raise InputError(f"--steps {lo}:{hi}: run {name} has none of these steps ({where}); choose steps in it")
+
+
 def _fig_html(fig: go.Figure, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
@@ -278,7 +289,10 @@ def render_report(
     # The collectives table is the big one: never loaded whole, streamed into small summaries.
     runs = [load_run(p, tables=("ranks", "steps", "pacing")) for p in paths]
     names = _names(paths)
-    diag, note = _diagnose(paths, cluster, progress) if findings else (None, "run without --findings")
+    if steps is not None:  # before the work: a window no run has would draw empty timelines
+        for name, run in zip(names, runs, strict=True):
+            check_steps(run, name, steps)
+    diag, note = _diagnose(paths, cluster, progress) if findings else (None, "made with --no-findings")
     stats = [_stats(run, name, progress) for name, run in zip(names, runs, strict=True)]
     # The warnings are in the HTML too, but a damaged run must not pass silently on the terminal.
     for w in dict.fromkeys(w for run in runs for w in run.warnings):
