@@ -20,8 +20,11 @@ def write_tiny_run(out: Path) -> Path:
     """3 ranks × 4 steps. Step s lasts 100 + 10·s ms on every rank; one all-reduce per step where
     rank 0 arrives at +50 ms, rank 1 at +52 ms, rank 2 (last) at +60 ms and all leave at +70 ms.
 
-    Hand-computed: median step 115 ms, p95 128.5 ms, CV 0.097, skew 10 ms per instance, skew wait per
-    rank-step (10 + 8 + 0) / 3 = 6 ms = 5.2 % of the mean step, last arriver rank 2 in 4/4 instances.
+    Hand-computed, over steps 1–3 (the diagnosis's warm-up of min(20, 4 // 10) = 0, at least 1, step
+    is left out): median step 120 ms, p95 129 ms, CV 8.165 / 120 = 0.068, 3 instances, arrival spread
+    10 ms per instance, time lost to late peers per rank-step (10 + 8 + 0) / 3 = 6 ms (every rank's
+    collectives are blocking: comm_ns = wait_ns, so all of [t_enter, last arrival] is blocked) = 5.0% of
+    the mean step, last arriver rank 2 in 3/3 instances.
     """
     w = RunWriter(out, Manifest(source="test", world_size=3, nodes=1, gpus_per_node=3))
     starts = [0, 100, 210, 330]

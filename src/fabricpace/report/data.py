@@ -1,9 +1,13 @@
 """The numbers behind the report's panels, computed from a run directory (vectorized polars/numpy).
 
 For one collective instance, named by ``(group, seq)`` across ranks (DESIGN.md): the last arrival is
-``max t_enter``; each rank's skew wait is ``last − t_enter``; the transfer is ``min t_exit − last``; the
-last arriver is the rank with the latest ``t_enter`` (ties: the lowest rank). Instances seen by fewer
-than two ranks say nothing about arrival and are left out.
+``max t_enter``; the arrival spread (skew) is ``last − first arrival``; the transfer is
+``min t_exit − last``; the last arriver is the rank with the latest ``t_enter`` (ties: the lowest rank).
+Instances seen by fewer than two ranks say nothing about arrival and are left out.
+
+Per rank-step, the blocked time (``wait_ns``) splits into the time lost to late peers (blocked before
+the last peer arrived: ``skew_waits``) and exposed transfer (the rest), as ``diagnose`` splits a step.
+The run table, breakdown and scaling figure use the steps after the diagnosis's warm-up.
 
 The collectives table is reduced chunk by chunk (``collective_stats`` over ``StepChunks``) to one row
 per instance and one per rank-step, so the report of a run of any size fits in memory.
@@ -31,19 +35,38 @@ class RunSummary:
     source: str
     world_size: int
     nodes: int
-    steps: int
+    steps: int  # after the warm-up
     median_step_ms: float
     p95_step_ms: float
     cv: float
     instances: int
-    median_skew_ms: float | None
-    skew_share: float | None  # mean skew wait per rank-step (overlaps once, ≤ wait_ns) / mean step time
+    median_skew_ms: float | None  # arrival spread (last − first arrival) per instance, median
+    skew_share: float | None  # time lost to late peers per rank-step (``skew_waits``) / mean step time
     top_last_arriver: int | None
     top_last_share: float | None
     # The node whose ranks arrive last most often, when the run spans nodes and that node is last
     # more often than its share of the ranks would make it (a whole slow node; None otherwise).
     top_last_node: int | None = None
     top_last_node_share: float | None = None
+    warmup: int = 0  # steps left out at the start (the diagnosis's warm-up)
+
+
+def warmup_steps(n_steps: int) -> int:
+    """The diagnosis's default warm-up (``DiagnoseConfig.warmup_steps`` None): min(20, steps / 10),
+    at least 1, and never every step."""
+    return max(0, min(min(20, max(1, n_steps // 10)), n_steps - 1))
+
+
+def after_warmup(run: RunData, warmup: int | None) -> tuple[int | None, int]:
+    """(first step kept, steps left out): the first ``warmup`` distinct steps are dropped (default:
+    ``warmup_steps``), as the diagnosis drops them. (None, 0) for a run without steps."""
+    if run.steps.height == 0:
+        return None, 0
+    steps = np.unique(run.steps["step"].drop_nulls().to_numpy())
+    if steps.size == 0:
+        return None, 0
+    warm = warmup_steps(steps.size) if warmup is None else max(0, min(int(warmup), steps.size - 1))
+    return int(steps[warm]), warm
 
 
 def rank_ids(run: RunData) -> list[int]:
@@ -60,6 +83,13 @@ def step_durations(run: RunData) -> pl.DataFrame:
     return s.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("dur_ns"))
 
 
+def _step_times(d: pl.DataFrame) -> np.ndarray:
+    """Step times (ns, median over ranks) of ``step_durations`` rows, in step order."""
+    if d.height == 0:
+        return np.zeros(0)
+    return d.group_by("step").agg(pl.col("dur_ns").median()).sort("step")["dur_ns"].to_numpy()
+
+
 def synchronized_step_ns(run: RunData) -> pl.DataFrame:
     """Per step: the job's step time = the median over ranks of each rank's step duration."""
     d = step_durations(run)
@@ -73,6 +103,9 @@ _INSTANCE_SCHEMA = {
     "skew_ns": pl.Int64, "transfer_ns": pl.Int64, "last_rank": pl.Int32,
 }
 _WAIT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "skew_wait_ns": pl.Int64}
+_ROWS_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "a": pl.Int64, "b": pl.Int64, "x": pl.Int64}
+_UNION_SCHEMA = {**_WAIT_SCHEMA, "first_ns": pl.Int64, "last_ns": pl.Int64}
+_NO_CUT = np.iinfo(np.int64).min
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,8 +117,11 @@ class CollectiveStats:
     waits: pl.DataFrame  # rank, step, skew_wait_ns
 
 
-def _chunk_stats(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Instances (all, with their last arrival) and rank-step waits of a frame of whole instances."""
+def _chunk_rows(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Instances (all, with their last arrival) of a frame of whole instances, and per row of an
+    instance seen by two or more ranks the part of the rank's time in it spent before the last arrival:
+    ``a`` = its arrival, ``b`` = the last arrival but not past its own exit (a DDP arrival marker, whose
+    completion was not seen, has ``t_exit = t_enter``: it claims nothing), ``x`` = its exit."""
     keys = ["group", "seq"]
     t = pl.col("t_enter_ns")
     narrow = c.select(*keys, "rank", "step", "t_enter_ns", "t_exit_ns")
@@ -108,49 +144,160 @@ def _chunk_stats(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("group").cast(pl.String), "seq", "step", "n", "skew_ns", "transfer_ns", "last_rank"
     )
     del last
-    # A rank's skew wait in one collective is [t_enter, last arrival]. DDP launches its buckets one
-    # after another without waiting, so these intervals overlap: a rank held up 20 ms by a slow peer
-    # shows ~20 ms at each of a step's buckets. The time it waited is their union, not their sum
-    # (the sum over 4 buckets read as 139% of the step on the README's ex1 run). Rows with a null key
-    # belong to no instance and take no part.
+    # Rows with a null key belong to no instance and take no part.
+    rows = win.filter(
+        pl.col("group").is_not_null() & pl.col("seq").is_not_null() & (pl.col("n") >= 2) & t.is_not_null()
+    ).select(
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), t.alias("a"),
+        pl.max_horizontal(t, pl.min_horizontal("last_enter", "t_exit_ns")).alias("b"),
+        pl.col("t_exit_ns").alias("x"),
+    )
+    return inst, rows
+
+
+def _lex_sorted(keys: list[np.ndarray]) -> bool:
+    """Rows in non-decreasing lexicographic order of ``keys``."""
+    ahead = np.zeros(keys[0].size - 1, dtype=bool)
+    tied = np.ones(keys[0].size - 1, dtype=bool)
+    for k in keys:
+        ahead |= tied & (k[1:] > k[:-1])
+        tied &= k[1:] == k[:-1]
+    return bool((ahead | tied).all())
+
+
+def block_frame(steps: pl.DataFrame) -> pl.DataFrame | None:
+    """rank, step, wait_ns, comm_ns of the steps table (None without a wait column): what the skew
+    wait is cut to (``skew_waits``)."""
+    if steps.height == 0 or "wait_ns" not in steps.columns:
+        return None
+    comm = pl.col("comm_ns") if "comm_ns" in steps.columns else pl.lit(None)
+    return steps.select(
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64),
+        pl.col("wait_ns").cast(pl.Int64), comm.cast(pl.Int64).alias("comm_ns"),
+    ).unique(["rank", "step"], keep="first")
+
+
+def skew_waits(rows: pl.DataFrame, block: pl.DataFrame | None) -> pl.DataFrame:
+    """rank, step, skew_wait_ns, first_ns, last_ns: per rank-step, the time the rank was *blocked*
+    before its last peer arrived.
+
+    A rank's skew intervals ``[t_enter, last arrival]`` (cut at its own exit) are joined into one set:
+    DDP launches its buckets back to back, so they overlap, and a rank held up 20 ms by a slow peer
+    shows ~20 ms at each bucket; the time it waited is their union, not their sum. But that union spans
+    the backward pass, where the rank computes while its buckets are in flight, not only the time it
+    was blocked. The steps table says how long it was blocked (``wait_ns``): when its collectives were
+    in flight longer than that (``comm_ns > wait_ns``: they overlapped its compute), the blocked time
+    is the last ``wait_ns`` before its last exit, and only the union's part inside it counts (on the
+    16-node paper scenario 34 of the 101 ms a rank is blocked per step; the union read 100 ms, leaving
+    no transfer). When they were not (blocking collectives; DDP's hook-free mode, whose earlier buckets
+    are arrival markers), the union is already blocked time. Either way it is at most ``wait_ns``; the
+    rest of ``wait_ns`` is exposed transfer. Without a ``wait_ns`` (some imports), the union as it is."""
     rs = ["rank", "step"]
-    intervals = win.filter(
-        pl.col("group").is_not_null() & pl.col("seq").is_not_null() & (pl.col("n") >= 2)
-    ).select(*rs, t.alias("a"), pl.max_horizontal("t_enter_ns", "last_enter").alias("b"))
-    del win
-    waits = interval_union(intervals, rs).rename({"wait_ns": "skew_wait_ns"})
-    return inst, waits
+    if rows.height == 0:
+        return pl.DataFrame(schema=_UNION_SCHEMA)
+    if block is not None:
+        keys = [rows["rank"].to_numpy(), rows["step"].to_numpy()]
+        if not (_lex_sorted(keys) or _lex_sorted(keys[::-1])):  # rank-steps not contiguous: sort
+            rows = rows.sort([*rs, "a"])
+            keys = [rows["rank"].to_numpy(), rows["step"].to_numpy()]
+        new_group = (keys[0][1:] != keys[0][:-1]) | (keys[1][1:] != keys[1][:-1])
+        starts = np.concatenate(([0], np.flatnonzero(new_group) + 1))
+        gid = np.concatenate(([0], np.cumsum(new_group)))  # each row's rank-step, 0, 1, ...
+        del new_group
+        xs = rows["x"]
+        x = (xs.fill_null(_NO_CUT) if xs.null_count() else xs).to_numpy()
+        groups = pl.DataFrame({
+            "rank": rows["rank"].gather(starts), "step": rows["step"].gather(starts),
+            "tx": np.maximum.reduceat(x, starts),
+        }).join(block, on=rs, how="left", maintain_order="left")
+        del x, starts
+        cut = (
+            pl.when((pl.col("comm_ns") > pl.col("wait_ns")) & (pl.col("tx") > _NO_CUT))
+            .then(pl.col("tx") - pl.col("wait_ns").clip(lower_bound=0))
+            .otherwise(_NO_CUT)
+        )
+        a = groups.select(cut.alias("c"))["c"].to_numpy()[gid]  # the rank-step's cut, per row
+        del gid
+        np.maximum(a, rows["a"].to_numpy(), out=a)
+        b = np.maximum(rows["b"].to_numpy(), a)
+        rows = pl.DataFrame({"rank": rows["rank"], "step": rows["step"], "a": a, "b": b})
+        del a, b
+    out = interval_union(rows.select(*rs, "a", "b"), rs).rename({"wait_ns": "skew_wait_ns"})
+    return out.select(
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), pl.col("skew_wait_ns").cast(pl.Int64),
+        pl.col("first_ns").cast(pl.Int64), pl.col("last_ns").cast(pl.Int64),
+    )
+
+
+def _chunk_stats(
+    c: pl.DataFrame, block: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Instances and rank-step skew waits (``skew_waits``) of a frame of whole instances."""
+    inst, rows = _chunk_rows(c)
+    return inst, skew_waits(rows, block)
 
 
 def collective_stats(
     source: RunData | StepChunks,
     *,
+    steps: pl.DataFrame | None = None,
     rows_per_chunk: int = DEFAULT_CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
 ) -> CollectiveStats:
     """Instances and skew waits of a run: from ``run.collectives`` when given a loaded run, else read
-    chunk by chunk (instances kept whole across chunks), so memory stays bounded for any run size."""
-    frames: Iterable[pl.DataFrame]
+    chunk by chunk (instances kept whole across chunks), so memory stays bounded for any run size.
+
+    ``steps``: the run's steps table (``run.steps`` when given a loaded run), whose ``wait_ns`` is the
+    blocked time the skew wait is part of (``skew_waits``)."""
+    frames: Iterable[tuple[int | None, pl.DataFrame]]
     if isinstance(source, StepChunks):
         total = len(source.step_ranges(rows_per_chunk))
-        frames = (f for _lo, _hi, f in source.chunks(rows_per_chunk, whole=("group", "seq")))
+        frames = ((hi, f) for _lo, hi, f in source.chunks(rows_per_chunk, whole=("group", "seq")))
     else:
-        total, frames = 1, [source.collectives]
+        total, frames = 1, [(None, source.collectives)]
+        if steps is None:
+            steps = source.steps
+    block = block_frame(steps) if steps is not None else None
     insts, waits = [], []
-    for i, frame in enumerate(frames):
+    # A rank-step's rows can sit in two chunks: an instance counted in step s by some ranks and s + 1
+    # by others is handed out with the next chunk. Its skew wait needs all of them (the cut is at the
+    # rank-step's last exit), so the rows of a chunk's last two steps wait for the next chunk.
+    carry = pl.DataFrame(schema=_ROWS_SCHEMA)
+    prev_hi: int | None = None
+    for i, (hi, frame) in enumerate(frames):
+        rows = pl.DataFrame(schema=_ROWS_SCHEMA)
         if frame.height:
-            inst, wait = _chunk_stats(frame)
+            inst, rows = _chunk_rows(frame)
             insts.append(inst)
-            waits.append(wait)
+        open_from = hi - 1 if hi is not None and i + 1 < total else None  # None: the last chunk
+        step = pl.col("step")
+        edge = pl.lit(False)
+        if prev_hi is not None:
+            edge = edge | (step <= prev_hi)
+        if open_from is not None:
+            edge = edge | (step >= open_from)
+        if rows.height:
+            waits.append(skew_waits(rows, block).filter(~edge))
+        small = pl.concat([carry, rows.filter(edge)])
+        carry = small.filter(step >= open_from) if open_from is not None else carry.clear()
+        if open_from is not None:
+            small = small.filter(step < open_from)
+        if small.height:
+            waits.append(skew_waits(small, block))
+        del rows, small  # (one chunk's rows at a time: not kept while the next chunk is read)
+        prev_hi = hi
         if progress:
             progress(i + 1, total)
+    if carry.height:  # (chunks ended early)
+        waits.append(skew_waits(carry, block))
     if not insts:
         return CollectiveStats(
             instances=pl.DataFrame(schema=_INSTANCE_SCHEMA), waits=pl.DataFrame(schema=_WAIT_SCHEMA)
         )
     inst = pl.concat(insts).filter(pl.col("n") >= 2).sort(["step", "group", "seq"])
-    # A rank-step's collectives may sit in two chunks (an instance held back for the next one): the
-    # parts' unions add up, but never to more than the time from the first arrival to the last.
+    # A rank-step whose instances spanned more than two steps may still come in two parts: their
+    # unions add up, but never to more than the time from the first arrival to the last, nor to more
+    # than the time the rank was blocked.
     wait = (
         pl.concat(waits)
         .group_by(["rank", "step"])
@@ -160,6 +307,14 @@ def collective_stats(
             ).alias("skew_wait_ns")
         )
     )
+    if block is not None:
+        w = pl.col("wait_ns")
+        wait = wait.join(block.select("rank", "step", "wait_ns"), on=["rank", "step"], how="left").select(
+            "rank", "step",
+            pl.when(w.is_null()).then(pl.col("skew_wait_ns"))
+            .otherwise(pl.min_horizontal("skew_wait_ns", w.clip(lower_bound=0))).alias("skew_wait_ns"),
+        )
+    wait = wait.select(*(pl.col(k).cast(v) for k, v in _WAIT_SCHEMA.items()))
     return CollectiveStats(instances=inst, waits=wait)
 
 
@@ -169,8 +324,8 @@ def instances(run: RunData) -> pl.DataFrame:
 
 
 def rank_waits(run: RunData) -> pl.DataFrame:
-    """Per rank-step: skew wait (time waiting for later peers) over that step's collectives, where
-    waits that overlap in time (buckets in flight together) are counted once."""
+    """Per rank-step: skew wait, the time the rank was blocked before its last peer arrived
+    (``skew_waits``)."""
     return collective_stats(run).waits
 
 
@@ -188,10 +343,16 @@ def last_arriver_share(inst: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     )
 
 
-def breakdown(run: RunData, waits: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per rank, mean per step (ms): compute, skew wait, transfer (exposed comm beyond skew), data, gc,
-    paced and other (the rest of the step). ``waits``: ``CollectiveStats.waits`` when already known."""
+def breakdown(
+    run: RunData, waits: pl.DataFrame | None = None, *, from_step: int | None = None
+) -> pl.DataFrame:
+    """Per rank, mean per step (ms): compute, skew wait (blocked before the last peer arrived), transfer
+    (the rest of the blocked time: exposed communication), data, gc, paced and other (the rest of the
+    step). ``waits``: ``CollectiveStats.waits`` when already known; ``from_step``: the first step
+    counted (after the warm-up)."""
     d = step_durations(run)
+    if from_step is not None and d.height:
+        d = d.filter(pl.col("step") >= from_step)
     if d.height == 0:
         return pl.DataFrame()
     w = rank_waits(run) if waits is None else waits
@@ -217,7 +378,7 @@ def breakdown(run: RunData, waits: pl.DataFrame | None = None) -> pl.DataFrame:
     )
 
 
-HEATMAP_VALUES = {"dur_ns": "step time", "compute_ns": "own compute", "skew_wait_ns": "wait for peers"}
+HEATMAP_VALUES = {"dur_ns": "step time", "compute_ns": "own compute", "skew_wait_ns": "lost to late peers"}
 
 
 def heatmap_matrices(
@@ -254,22 +415,6 @@ def heatmap_matrices(
     return ranks, steps[::per_col], out, per_col
 
 
-def blocked_wait(d: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
-    """rank, step, skew_wait_ns: the union of a rank-step's skew-wait intervals, capped by the time the
-    steps table says the rank was blocked (``wait_ns``) where it has one. DDP launches ~200 buckets a
-    step about 1 ms apart, each waiting 12–20 ms for its last arrival: their union spans the whole
-    backward pass (62% of a 2-node paper-scenario step whose recorded wait was 5%), not time blocked."""
-    j = d.select("rank", "step", *(["wait_ns"] if "wait_ns" in d.columns else [])).join(
-        waits, on=["rank", "step"], how="left"
-    )
-    sw = pl.col("skew_wait_ns").fill_null(0).cast(pl.Float64)
-    if "wait_ns" in j.columns:
-        sw = pl.when(pl.col("wait_ns").is_null()).then(sw).otherwise(
-            pl.min_horizontal(sw, pl.col("wait_ns").cast(pl.Float64).clip(lower_bound=0))
-        )
-    return j.select("rank", "step", sw.alias("skew_wait_ns"))
-
-
 def last_arriver_node(inst: pl.DataFrame, run: RunData) -> tuple[int, float] | None:
     """(node, share of instances with skew whose last arriver sits on it) for the node that is last
     most often — when the run spans several nodes and that node is last in at least 1.5× its share of
@@ -293,18 +438,24 @@ def last_arriver_node(inst: pl.DataFrame, run: RunData) -> tuple[int, float] | N
     return (int(node), float(share)) if share >= 1.5 * expected else None
 
 
-def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> RunSummary:
-    """The run table row: step statistics, arrival skew and the most frequent last arriver."""
-    sync = synchronized_step_ns(run)["step_ns"].to_numpy()
+def summarize(
+    run: RunData, name: str, stats: CollectiveStats | None = None, *, warmup: int | None = None
+) -> RunSummary:
+    """The run table row: step statistics, arrival skew and the most frequent last arriver, all over
+    the steps after the warm-up (``warmup`` steps, default the diagnosis's: ``warmup_steps``)."""
+    first, warm = after_warmup(run, warmup)
     stats = stats or collective_stats(run)
-    inst = stats.instances
+    inst, w, d = stats.instances, stats.waits, step_durations(run)
+    if first is not None:
+        kept = pl.col("step") >= first
+        inst, w, d = inst.filter(kept), w.filter(kept), d.filter(kept)
+    sync = _step_times(d)
     ranks = rank_ids(run)
     share = last_arriver_share(inst, ranks) if inst.height else None
-    w = stats.waits
-    d = step_durations(run)
     skew_share = None
-    if w.height and d.height:
-        mean_wait = float(blocked_wait(d, w)["skew_wait_ns"].sum()) / max(d.height, 1)
+    if w.height and d.height and len(sync):
+        mean_wait = float(d.select("rank", "step").join(w, on=["rank", "step"], how="left")["skew_wait_ns"]
+                          .fill_null(0).sum()) / d.height
         skew_share = mean_wait / max(float(np.mean(sync)), 1.0)
     top = None
     if share is not None and share["count"].sum():
@@ -326,26 +477,35 @@ def summarize(run: RunData, name: str, stats: CollectiveStats | None = None) -> 
         top_last_share=float(top["share"]) if top else None,
         top_last_node=node[0] if node else None,
         top_last_node_share=node[1] if node else None,
+        warmup=warm,
     )
 
 
 def scaling_rows(
-    runs: list[tuple[str, RunData]], waits: list[pl.DataFrame] | None = None
+    runs: list[tuple[str, RunData]],
+    waits: list[pl.DataFrame] | None = None,
+    warmups: list[int | None] | None = None,
 ) -> pl.DataFrame:
-    """One row per run, ordered by world size: median step time and where it goes (ms), efficiency.
+    """One row per run, ordered by world size: mean step time after the warm-up and where it goes (ms:
+    compute, time lost to late peers, exposed transfer, each the mean over ranks and steps), and
+    efficiency — the numbers ``diagnose`` compares across runs.
 
     Efficiency assumes weak scaling (fixed per-rank batch): throughput ∝ N / step time, so efficiency
     against the smallest run is its step time over this run's step time.
     """
     rows = []
     for i, (name, run) in enumerate(runs):
-        sync = synchronized_step_ns(run)["step_ns"].to_numpy()
-        b = breakdown(run, waits[i] if waits is not None else None)
+        first, _warm = after_warmup(run, warmups[i] if warmups is not None else None)
+        d = step_durations(run)
+        if first is not None:
+            d = d.filter(pl.col("step") >= first)
+        sync = _step_times(d)
+        b = breakdown(run, waits[i] if waits is not None else None, from_step=first)
         keys = ("compute", "skew_wait", "transfer")
         parts = {p: float(np.mean(b[p].to_numpy())) for p in keys} if b.height else {}
         rows.append({
             "run": name, "world_size": run.world_size, "nodes": int(run.manifest.nodes),
-            "step_ms": float(np.median(sync) / MS) if len(sync) else float("nan"),
+            "step_ms": float(np.mean(sync) / MS) if len(sync) else float("nan"),
             **{f"{p}_ms": v for p, v in parts.items()},
         })
     df = pl.DataFrame(rows).sort("world_size")

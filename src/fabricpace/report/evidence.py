@@ -8,6 +8,10 @@ percent, ``*inflation*`` a factor, ``*_z`` a z-score. Nested mappings take their
 (``component_excess_ms = {compute: 21.5, ...}`` is ms per component) and become short lists; values
 that are missing (``None``/NaN) or round to zero in an "excess" breakdown are left out, and long lists
 are cut to a few items with a count of the rest.
+
+``GLOSSARY`` gives the terms a definition (the report shows it as a tooltip and in a list under the
+findings) and, where the words made from the key would collide with another number of the report, a
+name of their own: four different numbers read "skew" in one report (audit 15).
 """
 
 from __future__ import annotations
@@ -62,8 +66,122 @@ def _number(v: float | int, unit: str, signed: bool = False) -> str:
     return f"{v:.3g}"
 
 
+_SLOWEST = (
+    "per step, how long the median rank arrived before that step's slowest rank "
+    "(persistent culprits left out)"
+)
+# key -> (label, or None for the words of the key; one-line definition)
+GLOSSARY: dict[str, tuple[str | None, str]] = {
+    # sync_amplification
+    "skew_share_of_step": (
+        "wait for each step's slowest rank, share of step",
+        f"{_SLOWEST}, summed over steps, over the total step time (this finding's severity)",
+    ),
+    "mean_skew_ms": ("wait for each step's slowest rank, mean", f"{_SLOWEST}, mean over steps"),
+    "iid_model_skew_ms": (
+        "that wait expected from independent noise",
+        "c_N·σ: the expected maximum of N independent normal latenesses above their median, with σ the "
+        "spread of rank lateness; a wait far above it is more than random noise",
+    ),
+    "lateness_sigma_ms": (
+        "spread of rank lateness (σ)",
+        "median over steps of the standard deviation of the ranks' lateness (arrival after the median rank)",
+    ),
+    "step_cv": (None, "standard deviation over mean of the step time (median over ranks), after the warm-up"),
+    "distinct_slowest_ranks": (None, "how many different ranks were a step's slowest rank at least once"),
+    "slowest_rank_top_share": (
+        None, "share of steps in which the most frequent slowest rank was the slowest"
+    ),
+    "slowest_rank_expected_share": (
+        None, "that share if the role were spread evenly: 1 / ranks considered (persistent culprits left out)"
+    ),
+    "variation_made_of": (
+        None, "per step, each component of the slowest rank above the median rank's, as shares of their sum"
+    ),
+    "largest_single_rank_saving": (
+        None, "the rank whose replacement by its peers' median alone saves most, and the next rank's saving"
+    ),
+    "skew_share_by_world_size": (
+        "slowest − median rank's own work, share of step, by rank count",
+        "from the scaling analysis: per step, the slowest rank's own work minus the median rank's, over the "
+        "mean step time, for each run's number of ranks",
+    ),
+    "arrival_basis": (
+        None,
+        "aligned clocks: arrivals compared on the run's common timeline; collective durations: read from "
+        "each rank's time inside each collective (clock offsets between hosts unknown)",
+    ),
+    "steps": (None, "steps used, after the warm-up"),
+    # persistent_straggler / input_stall (rank level)
+    "last_arriver_share": (None, "share of steps in which a culprit arrived last in its group"),
+    "last_arriver_share_expected": (None, "that share if nothing were wrong: 1 / ranks in the group"),
+    "median_lateness_ms": (None, "per culprit, the median over steps of its arrival after the other ranks' "
+                                 "median; the median over culprits"),
+    "lateness_share_of_step": (None, "median lateness over the mean step time"),
+    "slower_than_peers_share_of_steps": (
+        None,
+        "share of steps in which the culprit arrived after the other ranks' median (lowest over culprits)",
+    ),
+    "score_fleet_over_own": (
+        "peers' own work ÷ culprits'",
+        "median own work (step minus blocked time) of the other ranks over the culprits'; below 1 the "
+        "culprits compute slower (NVIDIA's straggler score)",
+    ),
+    "component_excess_ms": (
+        None, "per step component, the culprits' excess over the other ranks' (ms per step)"
+    ),
+    "mean_lateness_ms": (
+        None, "mean over steps of the arrival after the other ranks' median, pauses included"
+    ),
+    "cause": (None, "the step component that explains most of the lateness"),
+    "cause_explains_share": (
+        "share of lateness the cause explains", "the cause component's excess over the mean lateness"
+    ),
+    "shared_locality": (None, "what the culprits have in common (node, NUMA, GPU, NIC, leaf) and how "
+                              "precisely it singles them out"),
+    # topology_contention
+    "transfer_excess_share_of_step": (
+        None,
+        "exposed communication above its baseline (capped at the exposed time), over the total step time",
+    ),
+    "transfer_inflation_median": (None, "median over collectives of measured transfer ÷ baseline transfer"),
+    "transfer_baseline": (
+        None, "what transfers are compared with: the run's own quiet instances of the same shape, or the "
+              "fabric model of a cluster file (--cluster)"
+    ),
+    "cross_leaf_excess_share": (
+        None, "share of the transfer excess on groups that span more than one leaf switch"
+    ),
+    "period_runs_z": (
+        "clustering of inflated steps (runs-test z)",
+        "Wald–Wolfowitz runs test on which steps had inflated transfer: strongly negative means they come "
+        "in periods, as with foreign traffic",
+    ),
+    "period_excess_share": (None, "transfer excess inside those periods, over the total step time"),
+    "inflated_step_share": (
+        None, "share of steps that lost at least the mode's threshold to excess transfer"
+    ),
+    # input_stall
+    "data_share_of_step": (None, "time in data loading over the total step time"),
+}
+
+CONFIDENCE_HELP = (
+    "share of block-bootstrap resamples over steps in which the loss stays at or above the mode's "
+    "threshold, capped by what the run's length can show"
+)
+
+
+def definition(key: str) -> str | None:
+    """The one-line definition of an evidence key, or None."""
+    entry = GLOSSARY.get(key)
+    return entry[1] if entry else None
+
+
 def label(key: str) -> str:
     """'median_lateness_ms' -> 'median lateness'; the unit goes with the value."""
+    entry = GLOSSARY.get(key)
+    if entry and entry[0]:
+        return entry[0]
     k = key.replace("_ms_", "_")
     for suffix in ("_ms", "_pct"):
         if k.endswith(suffix):
@@ -132,9 +250,14 @@ def _cut(items: list[str]) -> str:
 
 def items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs of a finding's evidence, in the detector's order, empties left out."""
+    return [(lab, text) for lab, text, _ in described(evidence)]
+
+
+def described(evidence: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(label, value, definition or None) of a finding's evidence, as ``items``."""
     out = []
     for k, v in evidence.items():
         text = value(str(k), v)
         if text is not None:
-            out.append((label(str(k)), text))
+            out.append((label(str(k)), text, definition(str(k))))
     return out

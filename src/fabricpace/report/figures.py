@@ -25,8 +25,8 @@ COLORS = {
 }
 LABELS = {
     "compute": "compute",
-    "skew_wait": "wait for peers (skew)",
-    "transfer": "transfer (exposed comm)",
+    "skew_wait": "lost to late peers (blocked before the last arrival)",
+    "transfer": "exposed transfer (blocked after it)",
     "data": "data",
     "gc": "gc",
     "paced": "paced",
@@ -173,7 +173,7 @@ def breakdown_bars(b: pl.DataFrame, warmup: int = 0) -> go.Figure:
     fig.update_xaxes(title_text="rank", type="category" if b.height <= 64 else "linear")
     fig.update_yaxes(title_text="mean per step, ms")
     after = f" ({warmup_words(warmup)})" if warmup > 0 else ""
-    return _layout(fig, f"Where each rank's step goes: compute, waiting for peers, transfer{after}")
+    return _layout(fig, f"Where each rank's step goes: compute, lost to late peers, exposed transfer{after}")
 
 
 def scaling(rows: pl.DataFrame) -> go.Figure:
@@ -182,7 +182,7 @@ def scaling(rows: pl.DataFrame) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Step time and efficiency", "Where the step goes"),
                         specs=[[{"secondary_y": True}, {}]])
     x = rows["world_size"].to_numpy()
-    fig.add_scatter(x=x, y=rows["step_ms"].to_numpy(), mode="lines+markers", name="median step (ms)",
+    fig.add_scatter(x=x, y=rows["step_ms"].to_numpy(), mode="lines+markers", name="mean step (ms)",
                     row=1, col=1, secondary_y=False, line_color=COLORS["compute"])
     fig.add_scatter(x=x, y=rows["efficiency"].to_numpy(), mode="lines+markers", name="efficiency",
                     row=1, col=1, secondary_y=True, line_color=COLORS["paced"], line_dash="dash")
@@ -192,14 +192,19 @@ def scaling(rows: pl.DataFrame) -> go.Figure:
             fig.add_bar(x=[str(v) for v in x], y=rows[col].to_numpy(), name=LABELS[part],
                         marker_color=COLORS[part], row=1, col=2)
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(title_text="ranks (N)", row=1, col=1)
-    fig.update_xaxes(title_text="ranks (N)", row=1, col=2)
-    fig.update_yaxes(title_text="median step, ms", rangemode="tozero", row=1, col=1, secondary_y=False)
+    # N doubles from run to run: a log axis with a tick at each run's N (a linear one crowded the
+    # small runs and put ticks between them).
+    ticks = sorted({int(v) for v in x})
+    fig.update_xaxes(title_text="ranks (N)", row=1, col=1, type="log" if min(ticks) > 0 else "linear",
+                     tickmode="array", tickvals=ticks, ticktext=[str(t) for t in ticks])
+    fig.update_xaxes(title_text="ranks (N)", type="category", row=1, col=2)
+    fig.update_yaxes(title_text="mean step, ms", rangemode="tozero", row=1, col=1, secondary_y=False)
     top = max(1.05, float(np.nanmax(rows["efficiency"].to_numpy())) * 1.05)
-    fig.update_yaxes(title_text="efficiency vs smallest run", tickformat=".0%", range=[0, top], row=1, col=1,
-                     secondary_y=True)
+    fig.update_yaxes(title_text="efficiency vs smallest run", tickformat=".0%", range=[0, top], dtick=0.2,
+                     row=1, col=1, secondary_y=True)
     fig.update_yaxes(title_text="mean per rank-step, ms", row=1, col=2)
-    return _layout(fig, "Scaling across runs", height=460)
+    fig = _layout(fig, "Scaling across runs (after each run's warm-up)", height=480)
+    return fig.update_layout(margin={"t": 90})
 
 
 def timeline(

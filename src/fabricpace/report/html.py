@@ -26,9 +26,10 @@ from fabricpace._errors import InputError
 from fabricpace.diagnose.stats import named
 from fabricpace.report import data as rd
 from fabricpace.report import figures
-from fabricpace.report.evidence import items as evidence_items
+from fabricpace.report.evidence import CONFIDENCE_HELP
+from fabricpace.report.evidence import described as evidence_described
 from fabricpace.report.output import check_new_file, publish
-from fabricpace.report.timeline import timeline_figure
+from fabricpace.report.timeline import MAX_TIMELINE_RANKS, pick_ranks, timeline_figure
 from fabricpace.run.reader import RunData, StepChunks, load_run
 from fabricpace.run.schema import COLLECTIVE_COLUMNS
 
@@ -50,6 +51,9 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .finding h3{margin:4px 0} code{background:#f1f1f1;padding:0 3px}
 ul.evidence{margin:2px 0 4px;padding-left:20px;columns:2 360px;font-size:13px}
 ul.evidence li{break-inside:avoid}
+.defs{margin:2px 0 10px} details.glossary{font-size:13px;margin:6px 0} dl{margin:4px 0}
+dt{font-weight:bold;margin-top:4px} dd{margin-left:16px} nav.toc{font-size:13px;margin:6px 0}
+nav.toc a{margin-right:12px}
 """
 
 
@@ -65,27 +69,55 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+# Column heads of the run table and what each means (a tooltip on the head and a line under the table).
+RUN_COLUMNS: tuple[tuple[str, str | None], ...] = (
+    ("run", None),
+    ("source", None),
+    ("ranks", None),
+    ("nodes", None),
+    ("steps used", "steps after the warm-up the diagnosis leaves out (by default its first min(20, steps/10) "
+                   "steps, at least 1); every column uses these steps"),
+    ("median step (ms)", "step time = median over ranks of each rank's step duration; median over steps"),
+    ("p95 step (ms)", None),
+    ("step CV", "standard deviation over mean of the step time"),
+    ("collective instances", "collectives seen by two or more ranks"),
+    ("arrival spread p50 (ms)",
+     "per collective instance, last arrival − first arrival; median over instances"),
+    ("lost to late peers / step",
+     "per rank and step, the time the rank was blocked in its collectives before its last peer arrived (the "
+     "rest of its blocked time is exposed transfer); mean over ranks and steps, over the mean step time"),
+    ("most frequent last arriver", "the rank (and node, when one node stands out) that arrived last in the "
+                                   "most instances with a spread > 0, with its share of them"),
+)
+
+
 def summary_table(summaries: Sequence[rd.RunSummary]) -> str:
-    """The run table as HTML (deterministic: the golden test compares it byte for byte)."""
-    head = ("run", "source", "ranks", "nodes", "steps", "median step (ms)", "p95 step (ms)", "CV",
-            "collective instances", "median skew (ms)", "skew wait / step", "most frequent last arriver")
+    """The run table as HTML, with a line defining its columns (deterministic: the golden test
+    compares it byte for byte)."""
     rows = []
     for s in summaries:
         last = "–" if s.top_last_arriver is None else f"rank {s.top_last_arriver} ({s.top_last_share:.0%})"
         if s.top_last_node is not None and s.top_last_node_share is not None:
             last = f"node {s.top_last_node} ({s.top_last_node_share:.0%}); " + last
+        used = f"{s.steps} (after {s.warmup} warm-up)" if s.warmup else str(s.steps)
         cells = [
             f"<td>{_esc(s.name)}</td>", f"<td>{_esc(s.source)}</td>",
             f'<td class="num">{s.world_size}</td>', f'<td class="num">{s.nodes}</td>',
-            f'<td class="num">{s.steps}</td>', f'<td class="num">{_fmt(s.median_step_ms)}</td>',
+            f'<td class="num">{_esc(used)}</td>', f'<td class="num">{_fmt(s.median_step_ms)}</td>',
             f'<td class="num">{_fmt(s.p95_step_ms)}</td>', f'<td class="num">{_fmt(s.cv, 3)}</td>',
             f'<td class="num">{s.instances}</td>', f'<td class="num">{_fmt(s.median_skew_ms, 3)}</td>',
             f'<td class="num">{"–" if s.skew_share is None else f"{s.skew_share:.1%}"}</td>',
             f"<td>{_esc(last)}</td>",
         ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    header = "<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in head) + "</tr>"
-    return '<table class="runs">\n' + header + "\n" + "\n".join(rows) + "\n</table>"
+    header = "<tr>" + "".join(
+        f'<th title="{_esc(d)}">{_esc(h)}</th>' if d else f"<th>{_esc(h)}</th>" for h, d in RUN_COLUMNS
+    ) + "</tr>"
+    defs = "; ".join(f"<b>{_esc(h)}</b>: {_esc(d)}" for h, d in RUN_COLUMNS if d)
+    return (
+        '<table class="runs">\n' + header + "\n" + "\n".join(rows) + "\n</table>\n"
+        f'<div class="meta defs">{defs}.</div>'
+    )
 
 
 def _culprits(c: dict[str, Any]) -> str:
@@ -100,7 +132,7 @@ def _culprits(c: dict[str, Any]) -> str:
 
 def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
     """The findings section from ``Diagnosis.to_dict()`` (or a note saying why there is none)."""
-    out = ["<h2>Findings</h2>"]
+    out = ['<h2 id="findings">Findings</h2>']
     if diag is None:
         out.append(f'<div class="note">No diagnosis in this report: {_esc(note or "not requested")}.</div>')
         return "\n".join(out)
@@ -115,11 +147,15 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
     elif not found:
         out.append('<div class="note"><b>Undecided</b>: no failure mode was confirmed, and the data does not '
                    "allow calling the run healthy either (reasons below).</div>")
+    terms: dict[str, str] = {}
     for f in sorted(found, key=lambda f: -(f.get("severity_pct") or 0.0)):
         sev = f.get("severity_pct")
         cls = "finding" if (sev or 0) >= 5 else "finding low"
-        shown = evidence_items(f.get("evidence") or {})
-        evidence = "".join(f"<li>{_esc(k)}: {_esc(v)}</li>" for k, v in shown)
+        shown = evidence_described(f.get("evidence") or {})
+        evidence = "".join(
+            (f'<li title="{_esc(d)}">' if d else "<li>") + f"{_esc(k)}: {_esc(v)}</li>" for k, v, d in shown
+        )
+        terms.update((k, d) for k, _v, d in shown if d)
         ci = f.get("severity_ci_pct")
         ci_text = ""
         if isinstance(ci, list | tuple) and len(ci) == 2:
@@ -127,7 +163,8 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
         where = f" in {Path(str(f['run'])).name}" if f.get("run") else ""
         out.append(
             f'<div class="{cls}"><h3>{_esc(f.get("mode", "?"))}{_esc(where)} — {_fmt(sev, 1)}%{ci_text} of '
-            f'step time lost (confidence {_esc(_fmt(f.get("confidence")))})</h3>'
+            f'step time lost (<span title="{_esc(CONFIDENCE_HELP)}">confidence '
+            f'{_esc(_fmt(f.get("confidence")))}</span>)</h3>'
             f"<div><b>Culprits:</b> {_esc(_culprits(f.get('culprits') or {}))}</div>"
             + (f'<div><b>Evidence:</b><ul class="evidence">{evidence}</ul></div>' if evidence else
                "<div><b>Evidence:</b> –</div>")
@@ -144,6 +181,11 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
         ]
         items = "".join(f"<li>{_esc(t)}</li>" for t in texts)
         out.append(f'<div class="note"><b>Could not decide</b> (abstained):<ul>{items}</ul></div>')
+    if found:
+        terms["confidence"] = CONFIDENCE_HELP
+        listed = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(d)}</dd>" for k, d in terms.items())
+        out.append('<details class="glossary"><summary>What the evidence terms mean</summary>'
+                   f"<dl>{listed}</dl></details>")
     return "\n".join(out)
 
 
@@ -168,13 +210,16 @@ def _diagnose(
         return None, f"the diagnosis failed ({type(exc).__name__}: {exc})"
 
 
-def default_steps(run: RunData, width: int = 1) -> tuple[int, int] | None:
+def default_steps(run: RunData, width: int = 1, warmup: int | None = None) -> tuple[int, int] | None:
     """The slowest synchronized step after warm-up and its neighbours: where the timeline is most
-    instructive (the first steps are slow for reasons of their own: compilation, allocator, NCCL setup)."""
+    instructive (the first steps are slow for reasons of their own: compilation, allocator, NCCL setup).
+    ``warmup``: steps left out at the start (default: the diagnosis's, ``rd.warmup_steps``)."""
     sync = rd.synchronized_step_ns(run)
     if sync.height == 0:
         return None
-    sync = sync.slice(min(20, sync.height // 10))  # the diagnosis's default warm-up
+    first, _warm = rd.after_warmup(run, warmup)
+    if first is not None:
+        sync = sync.filter(pl.col("step") >= first)
     steps = sync["step"].to_numpy()
     i = int(sync["step_ns"].arg_max() or 0)
     return int(steps[max(0, i - width)]), int(steps[min(len(steps) - 1, i + width)])
@@ -221,11 +266,13 @@ def pacing_html(pacing: pl.DataFrame) -> str:
 
 
 def _run_sections(
-    name: str, run: RunData, stats: rd.CollectiveStats, idx: int, steps: tuple[int, int] | None
+    name: str, run: RunData, stats: rd.CollectiveStats, idx: int, steps: tuple[int, int] | None,
+    warmup: int | None = None,
 ) -> list[str]:
-    inst = stats.instances
+    first, warm = rd.after_warmup(run, warmup)
+    inst = stats.instances if first is None else stats.instances.filter(pl.col("step") >= first)
     ranks = rd.rank_ids(run)
-    out = [f"<h2>Run {_esc(name)}</h2>"]
+    out = [f'<h2 id="run-{idx}">Run {_esc(name)}</h2>']
     for w in run.warnings:
         out.append(f'<div class="note">{_esc(w)}</div>')
     paced = pacing_html(run.pacing)
@@ -235,20 +282,27 @@ def _run_sections(
         out.append('<div class="note">This run has no step rows: nothing to draw.</div>')
         return out
     out.append(_fig_html(figures.heatmap(run, stats.waits), f"heatmap-{idx}"))
-    if inst.height:
-        out.append(_fig_html(figures.skew_distribution(inst), f"skew-{idx}"))
-        out.append(_fig_html(figures.last_arrivers(rd.last_arriver_share(inst, ranks)), f"last-{idx}"))
+    if inst.height and int((inst["skew_ns"] > 0).sum()):
+        out.append(_fig_html(figures.skew_distribution(inst, warm), f"skew-{idx}"))
+        out.append(_fig_html(figures.last_arrivers(rd.last_arriver_share(inst, ranks), warm), f"last-{idx}"))
+    elif inst.height:
+        after = f" {figures.warmup_words(warm)}" if warm else ""
+        out.append(f'<div class="note">All ranks arrived at the same time at every one of the '
+                   f"{inst.height:,} collective instances{_esc(after)} (arrival spread 0): there is no "
+                   "arrival-spread distribution and no last arriver to draw.</div>")
     else:
-        out.append('<div class="note">No collectives seen by two or more ranks: arrival skew and last '
+        out.append('<div class="note">No collectives seen by two or more ranks: arrival spread and last '
                    "arrivers cannot be drawn.</div>")
-    out.append(_fig_html(figures.breakdown_bars(rd.breakdown(run, stats.waits)), f"breakdown-{idx}"))
-    window = steps or default_steps(run)
+    parts = rd.breakdown(run, stats.waits, from_step=first)
+    out.append(_fig_html(figures.breakdown_bars(parts, warm), f"breakdown-{idx}"))
+    window = steps or default_steps(run, warmup=warm)
     if window is not None:
         # The timelines draw a few steps: only those steps' collectives are read.
         run = replace(run, collectives=StepChunks(run.path).read(*window))
-        phases = timeline_figure(run, window)  # the paper's Figure 2, shared with the study figures
+        shown = pick_ranks(run, MAX_TIMELINE_RANKS)  # the same ranks in both timelines
+        phases = timeline_figure(run, window, ranks=shown)  # the paper's Figure 2, shared with the study
         out.append(_fig_html(phases, f"phases-{idx}"))
-        out.append(_fig_html(figures.timeline(run, window), f"timeline-{idx}"))
+        out.append(_fig_html(figures.timeline(run, window, ranks=shown), f"timeline-{idx}"))
     return out
 
 
@@ -259,7 +313,7 @@ def _stats(run: RunData, name: str, progress: Progress | None) -> rd.CollectiveS
         if progress:
             progress(f"reading {name}", done, total)
 
-    stats = rd.collective_stats(table, progress=tick)
+    stats = rd.collective_stats(table, steps=run.steps, progress=tick)
     run.warnings.extend(table.warnings)
     return stats
 
@@ -269,6 +323,17 @@ def _names(run_dirs: Sequence[Path]) -> list[str]:
     if len(set(names)) < len(names):
         names = [str(p) for p in run_dirs]
     return names
+
+
+def _warmups(diag: dict[str, Any] | None, paths: Sequence[Path]) -> list[int | None]:
+    """Each run's warm-up as the diagnosis used it (None: not in the diagnosis, use the default)."""
+    used: dict[str, int] = {}
+    for r in (diag or {}).get("runs") or []:
+        if isinstance(r, dict):
+            w = (r.get("metrics") or {}).get("warmup_steps")
+            if isinstance(w, int) and not isinstance(w, bool):
+                used[str(r.get("path"))] = w
+    return [used.get(str(p)) for p in paths]
 
 
 def render_report(
@@ -293,25 +358,34 @@ def render_report(
         for name, run in zip(names, runs, strict=True):
             check_steps(run, name, steps)
     diag, note = _diagnose(paths, cluster, progress) if findings else (None, "made with --no-findings")
+    warmups = _warmups(diag, paths)
     stats = [_stats(run, name, progress) for name, run in zip(names, runs, strict=True)]
     # The warnings are in the HTML too, but a damaged run must not pass silently on the terminal.
     for w in dict.fromkeys(w for run in runs for w in run.warnings):
         print(f"fabricpace: warning: {w}", file=sys.stderr)
-    summaries = [rd.summarize(r, n, st) for n, r, st in zip(names, runs, stats, strict=True)]
+    summaries = [
+        rd.summarize(r, n, st, warmup=w) for n, r, st, w in zip(names, runs, stats, warmups, strict=True)
+    ]
+    toc = [("findings", "Findings"), ("runs", "Runs")]
+    if len(runs) > 1:
+        toc.append(("scaling", "Scaling"))
+    toc += [(f"run-{i}", f"Run {n}") for i, n in enumerate(names)]
     body = [
         "<h1>fabricpace report</h1>",
         f'<div class="meta">generated {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())} · '
         f"{len(runs)} {'run' if len(runs) == 1 else 'runs'}: {_esc(', '.join(names))}</div>",
+        '<nav class="toc">' + "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in toc) + "</nav>",
         findings_html(diag, note),
-        "<h2>Runs</h2>",
+        '<h2 id="runs">Runs</h2>',
         summary_table(summaries),
     ]
     if len(runs) > 1:
-        rows = rd.scaling_rows(list(zip(names, runs, strict=True)), [st.waits for st in stats])
-        body.append(_fig_html(figures.scaling(rows), "scaling"))
+        rows = rd.scaling_rows(list(zip(names, runs, strict=True)), [st.waits for st in stats], warmups)
+        body.append('<h2 id="scaling">Scaling</h2>')
+        body.append(_fig_html(figures.scaling(rows), "scaling-fig"))
         body.append(_scaling_table(rows))
     for i, (name, run, st) in enumerate(zip(names, runs, stats, strict=True)):
-        body.extend(_run_sections(name, run, st, i, steps))
+        body.extend(_run_sections(name, run, st, i, steps, warmups[i]))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>fabricpace report</title>"
         f"<style>{_CSS}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
@@ -319,10 +393,16 @@ def render_report(
     )
 
 
+SCALING_COLUMNS = {
+    "run": "run", "world_size": "ranks", "nodes": "nodes", "step_ms": "mean step (ms)",
+    "compute_ms": "compute (ms)", "skew_wait_ms": "lost to late peers (ms)",
+    "transfer_ms": "exposed transfer (ms)", "efficiency": "efficiency",
+}
+
+
 def _scaling_table(rows: pl.DataFrame) -> str:
-    cols = [c for c in ("run", "world_size", "nodes", "step_ms", "compute_ms", "skew_wait_ms", "transfer_ms",
-                        "efficiency") if c in rows.columns]
-    head = "<tr>" + "".join(f"<th>{_esc(c)}</th>" for c in cols) + "</tr>"
+    cols = [c for c in SCALING_COLUMNS if c in rows.columns]
+    head = "<tr>" + "".join(f"<th>{_esc(SCALING_COLUMNS[c])}</th>" for c in cols) + "</tr>"
     body = []
     for r in rows.iter_rows(named=True):
         cells = []
@@ -331,7 +411,15 @@ def _scaling_table(rows: pl.DataFrame) -> str:
             text = f"{v:.0%}" if c == "efficiency" and v is not None else _fmt(v)
             cells.append(f'<td class="num">{_esc(text)}</td>' if c != "run" else f"<td>{_esc(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return '<table class="scaling">' + head + "".join(body) + "</table>"
+    return (
+        '<table class="scaling">' + head + "".join(body) + "</table>"
+        '<div class="meta defs">Per run, after its warm-up: <b>mean step</b> = mean over steps of the step '
+        "time (median over ranks); <b>compute</b>, <b>lost to late peers</b> and <b>exposed transfer</b> = "
+        "means over ranks and steps of own compute, of the time blocked before the last peer arrived, and "
+        "of the rest of the blocked time (as in the Runs table); <b>efficiency</b> = the smallest run's mean "
+        "step ÷ this run's (weak scaling: a fixed batch per rank). <code>fabricpace diagnose</code> on the "
+        "same runs splits the step the same way (its skew: slowest − median rank's own work).</div>"
+    )
 
 
 def write_report(
