@@ -72,7 +72,7 @@ def _evidence_line(f: dict[str, Any]) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def _culprits(c: dict[str, Any]) -> str:
+def _culprits(c: dict[str, Any], ev: dict[str, Any] | None = None) -> str:
     from fabricpace.diagnose.stats import fmt_ranks
 
     def ids(noun: str, values: list[int], limit: int = 12) -> str:
@@ -82,7 +82,11 @@ def _culprits(c: dict[str, Any]) -> str:
     if c["ranks"]:
         out.append(ids("rank", c["ranks"], limit=4))
     if c["nodes"]:
-        out.append(ids("node", c["nodes"], limit=4))
+        # A node is the culprit when the culprits are its ranks (shared locality "node"); otherwise it
+        # is only where the culprit ranks run: "rank 5 on node 1", not "rank 5; node 1".
+        loc = (ev or {}).get("shared_locality") or {}
+        whole = loc.get("attribute") == "node" or not c["ranks"]
+        out.append(ids("node", c["nodes"], limit=4) if whole else "on " + ids("node", c["nodes"], limit=4))
     if c["stages"]:
         out.append(ids("stage", c["stages"]))
     if c["links"]:
@@ -122,7 +126,7 @@ def _print_text(d: dict[str, Any]) -> None:
                 e(f["mode"]),
                 _pct(f["severity_pct"]),
                 f"{f['confidence']:.2f}",
-                e(_culprits(f["culprits"])),
+                e(_culprits(f["culprits"], f.get("evidence"))),
                 _pct(f["what_if_saving_pct"]),
                 e(_evidence_line(f)),
             )

@@ -77,11 +77,9 @@ def _late_but_unnamed(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> st
     if saving < cfg.straggler_min_saving:
         return None
     ranks = [int(v) for v in m.ranks[late]]
-    nodes = persistent_straggler.nodes_of(m, ranks)
-    all_nodes = persistent_straggler.nodes_of(m, [int(v) for v in m.ranks])
-    whole = [n for n in nodes if set(persistent_straggler.ranks_on(m, n)) <= set(ranks)]
+    whole = persistent_straggler.whole_nodes(m, ranks)
     where = named("rank", ranks, limit=6)
-    if whole and len(all_nodes) > 1:
+    if whole:
         where += f" ({named('node', whole)})"
     return (
         f"{where}, {len(ranks)} of {m.n_ranks} ranks, arrive late by ≥ {cfg.straggler_min_excess:.0%} of the "

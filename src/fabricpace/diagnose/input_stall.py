@@ -11,7 +11,7 @@ from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.persistent_straggler import culprit_finding, nodes_of, split_by_cause
+from fabricpace.diagnose.persistent_straggler import culprit_finding, culprit_nodes, split_by_cause
 from fabricpace.diagnose.stats import block_bootstrap, nanmedian
 
 
@@ -44,7 +44,7 @@ def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dic
             severity_pct=100 * saving,
             severity_ci_pct=(100 * ci[0], 100 * ci[1]),
             confidence=conf,
-            culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks)),
+            culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks)),
             evidence={
                 "data_share_of_step": fleet,
                 "data_ms_per_step_median_rank": float(nanmedian(data)) / 1e6,

@@ -36,6 +36,20 @@ def nodes_of(m: RunMetrics, ranks: list[int]) -> list[int]:
     return [int(v) for v in sel.to_list()]
 
 
+def culprit_nodes(m: RunMetrics, ranks: list[int]) -> list[int]:
+    """The nodes that hold ``ranks``, for ``Culprits.nodes`` — none when the job runs on one node: that
+    node is the whole job, and "Culprits: rank 3; node 0" on a 4-rank single-host run named the only
+    host, as if draining it would help (an audit of the reports)."""
+    if len(nodes_of(m, [int(v) for v in m.ranks])) <= 1:
+        return []
+    return nodes_of(m, ranks)
+
+
+def whole_nodes(m: RunMetrics, ranks: list[int]) -> list[int]:
+    """The nodes all of whose ranks are in ``ranks`` (empty on a single-node job)."""
+    return [n for n in culprit_nodes(m, ranks) if set(ranks_on(m, n)) <= set(ranks)]
+
+
 def ranks_on(m: RunMetrics, node: int) -> list[int]:
     info = m.rank_info
     if info.height == 0 or "node" not in info.columns:
@@ -131,7 +145,7 @@ def culprit_finding(
         evidence["compared_with_ranks"] = peers
     loc = shared_locality(ranks, m.rank_info, [int(v) for v in m.ranks])
     evidence["shared_locality"] = loc
-    nodes = nodes_of(m, ranks)
+    nodes = culprit_nodes(m, ranks)
     where, many = _where(ranks, loc)
     it = "them" if many else "it"
     its = "their" if many else "its"
@@ -250,7 +264,7 @@ def per_sample_finding(
         severity_pct=100 * saving,
         severity_ci_pct=(100 * ci[0], 100 * ci[1]),
         confidence=conf,
-        culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks), stages=stages),
+        culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks), stages=stages),
         evidence=evidence,
         what_if_saving_pct=100 * saving,
         recommendation=rec,

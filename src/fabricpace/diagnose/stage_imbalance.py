@@ -18,7 +18,7 @@ import polars as pl
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics, _dense
-from fabricpace.diagnose.persistent_straggler import nodes_of
+from fabricpace.diagnose.persistent_straggler import culprit_nodes
 from fabricpace.diagnose.stats import block_bootstrap, loo_median, named, nanmedian
 
 _COMM = (
@@ -104,7 +104,7 @@ def detect(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str,
                 severity_pct=100 * saving,
                 severity_ci_pct=(100 * ci[0], 100 * ci[1]),
                 confidence=conf,
-                culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks), stages=stages),
+                culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks), stages=stages),
                 evidence=evidence,
                 what_if_saving_pct=100 * saving,
                 recommendation=(

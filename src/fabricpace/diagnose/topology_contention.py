@@ -27,7 +27,7 @@ import polars as pl
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.persistent_straggler import nodes_of
+from fabricpace.diagnose.persistent_straggler import culprit_nodes
 from fabricpace.diagnose.stats import block_bootstrap, runs_test_z
 
 _OPS = (
@@ -298,7 +298,7 @@ def detect(
                 severity_pct=100 * share,
                 severity_ci_pct=(100 * ci[0], 100 * ci[1]),
                 confidence=conf if (on_cross or in_time) else 0.5 * conf,
-                culprits=Culprits(ranks=ranks, nodes=nodes_of(m, ranks) if ranks else [], links=links),
+                culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks) if ranks else [], links=links),
                 evidence=evidence,
                 what_if_saving_pct=100 * share,
                 recommendation=rec,

@@ -1,0 +1,34 @@
+"""Fixes for the user audit 15 (what users read), diagnose side: finding 16.
+
+Each test pins what a user read before on a real recorded run (``data/real``: real gloo ranks on one
+host under the observer) or on a synthetic run with an exact fault, and what the diagnosis says now.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabricpace.cli.diagnose import _culprits
+from fabricpace.diagnose import diagnose
+from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
+
+REAL = Path(__file__).parent / "data" / "real"
+
+
+def test_a_single_node_job_names_no_node(tmp_path) -> None:
+    """Finding 16: real single-host runs read "Culprits: rank 3; node 0" — node 0 is the whole job.
+    A multi-node job still says where its culprit runs, as a place ("on node 1"), not as a culprit
+    node; a whole slow node is named as one."""
+    for name, ranks in (("pause-rank3", [3]), ("two-slow-ranks-load", [1, 3])):
+        f = next(f for f in diagnose([REAL / name]).findings if f.mode == "persistent_straggler")
+        assert f.culprits.ranks == ranks and f.culprits.nodes == [], (name, f.culprits)
+        assert "node" not in _culprits(f.culprits.to_dict(), f.evidence)
+    one = write_synthetic(tmp_path / "rank5", SynthSpec(steps=140, slow_ranks=(5,), slow_factor=1.15))
+    f = diagnose([one]).findings[0]
+    assert (f.culprits.ranks, f.culprits.nodes) == ([5], [1])
+    assert _culprits(f.culprits.to_dict(), f.evidence) == "rank 5\non node 1"
+    node = write_synthetic(
+        tmp_path / "node2", SynthSpec(steps=140, slow_ranks=(8, 9, 10, 11), slow_factor=1.10)
+    )
+    f = diagnose([node]).findings[0]
+    assert _culprits(f.culprits.to_dict(), f.evidence) == "ranks 8-11\nnode 2"
