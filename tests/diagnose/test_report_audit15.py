@@ -1,4 +1,4 @@
-"""Fixes for the user audit 15 (what users read), diagnose side: finding 16.
+"""Fixes for the user audit 15 (what users read), diagnose side: findings 16 and 18.
 
 Each test pins what a user read before on a real recorded run (``data/real``: real gloo ranks on one
 host under the observer) or on a synthetic run with an exact fault, and what the diagnosis says now.
@@ -6,9 +6,10 @@ host under the observer) or on a synthetic run with an exact fault, and what the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from fabricpace.cli.diagnose import _culprits
+from fabricpace.cli.diagnose import _culprits, _severity
 from fabricpace.diagnose import diagnose
 from fabricpace.diagnose.synthetic import SynthSpec, write_synthetic
 
@@ -32,3 +33,19 @@ def test_a_single_node_job_names_no_node(tmp_path) -> None:
     )
     f = diagnose([node]).findings[0]
     assert _culprits(f.culprits.to_dict(), f.evidence) == "ranks 8-11\nnode 2"
+
+
+def test_severity_and_whatif_are_one_number_in_the_table(tmp_path, cli) -> None:
+    """Finding 18: every finding had what_if_saving_pct == severity_pct and the table showed them in
+    two columns. The JSON keeps both keys (the run-dir contract names them); the table shows one number
+    and says it is the what-if, and would show both only where they differ."""
+    run = write_synthetic(tmp_path / "slow", SynthSpec(ranks=8, steps=80, slow_ranks=(3,), slow_factor=1.2))
+    r = cli("diagnose", str(run), "--format", "json")
+    f = json.loads(r.stdout)["findings"][0]
+    assert f["what_if_saving_pct"] == f["severity_pct"]
+    r = cli("diagnose", str(run))
+    assert r.returncode == 0, r.stderr
+    assert "What-if ┃" not in r.stdout and "┃ Severity ┃" in r.stdout
+    assert "Severity: share of step time lost = what fixing it would save (what-if)" in r.stdout
+    assert r.stdout.count(f"{f['severity_pct']:.1f}%") == 1
+    assert _severity({"severity_pct": 12.0, "what_if_saving_pct": 8.0}) == "12.0%\nwhat-if 8.0%"

@@ -32,6 +32,15 @@ def _pct(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}%"
 
 
+def _severity(f: dict[str, Any]) -> str:
+    """The severity; the what-if beside it only where the two differ (no detector makes them differ
+    today: each severity is its what-if saving)."""
+    sev, what = f["severity_pct"], f.get("what_if_saving_pct")
+    if what is None or sev is None or abs(what - sev) < 0.05:
+        return _pct(sev)
+    return f"{_pct(sev)}\nwhat-if {_pct(what)}"
+
+
 def _evidence_line(f: dict[str, Any]) -> str:
     ev = f["evidence"]
     mode = f["mode"]
@@ -117,17 +126,22 @@ def _print_text(d: dict[str, Any]) -> None:
         if len(warnings) > 3:
             con.print(f"  [yellow]warning:[/yellow] … and {len(warnings) - 3} more (--format json lists all)")
     if d["findings"]:
-        t = Table(title="Findings", show_lines=True)
-        for col in ("Run", "Mode", "Severity", "Conf.", "Culprits", "What-if", "Evidence"):
+        # Severity is the what-if: the share of step time lost is what fixing the mode saves (culprits
+        # at their peers' median, or the excess at its baseline). Two columns always showed one number.
+        t = Table(
+            title="Findings",
+            show_lines=True,
+            caption="Severity: share of step time lost = what fixing it would save (what-if)",
+        )
+        for col in ("Run", "Mode", "Severity", "Conf.", "Culprits", "Evidence"):
             t.add_column(col, overflow="fold")
         for f in d["findings"]:
             t.add_row(
                 e(Path(f["run"]).name),
                 e(f["mode"]),
-                _pct(f["severity_pct"]),
+                _severity(f),
                 f"{f['confidence']:.2f}",
                 e(_culprits(f["culprits"], f.get("evidence"))),
-                _pct(f["what_if_saving_pct"]),
                 e(_evidence_line(f)),
             )
         con.print(t)

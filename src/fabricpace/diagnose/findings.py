@@ -51,6 +51,9 @@ class Finding:
     confidence: float  # share of block-bootstrap resamples in which the mode stays above its threshold
     culprits: Culprits
     evidence: dict[str, Any]
+    # What fixing the mode would save, percent of step time. Every detector computes the severity *as*
+    # this what-if (culprits at their peers' median, excess transfer at its baseline, data wait at 0),
+    # so the two are equal; both keys stay in the JSON (docs/diagnosis.md), the table shows one number.
     what_if_saving_pct: float
     recommendation: str
     severity_ci_pct: tuple[float, float] | None = None
