@@ -66,6 +66,8 @@ def _evidence_line(f: dict[str, Any]) -> str:
         if made:
             top = max(made, key=lambda k: made[k])
             parts.append(f"mostly {top} ({made[top]:.0%})")
+        if ev.get("left_out_of_loss"):
+            parts.append("culprits below the straggler threshold left out (note above)")
     elif mode == "topology_contention":
         parts.append(f"transfer ×{ev['transfer_inflation_median']:.2f} vs {ev['transfer_baseline']}")
         parts.append(ev.get("concentrated", ""))
@@ -140,6 +142,9 @@ def _print_text(d: dict[str, Any]) -> None:
             con.print(f"  [yellow]warning:[/yellow] {e(str(w))}")
         if len(warnings) > 3:
             con.print(f"  [yellow]warning:[/yellow] … and {len(warnings) - 3} more (--format json lists all)")
+        left = m.get("left_out_culprits") or {}
+        if left.get("note"):
+            con.print(f"  note: {e(str(left['note']))}")
     if d["findings"]:
         # Severity is the what-if: the share of step time lost is what fixing the mode saves (culprits
         # at their peers' median, or the excess at its baseline). Two columns always showed one number.

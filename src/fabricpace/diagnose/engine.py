@@ -89,6 +89,25 @@ def _late_but_unnamed(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> st
     )
 
 
+def _note_left_out(
+    m: RunMetrics, sc: CulpritScan, findings: list[Finding], metrics: dict[str, Any], cfg: DiagnoseConfig
+) -> None:
+    """Culprits of the scan that no finding names (below the straggler's saving threshold) are still
+    left out of sync_amplification's loss: say who, and why they are not reported, in the run's
+    metrics (``left_out_culprits``) and notes and in the sync finding's evidence."""
+    named_ranks = {
+        r for f in findings if f.mode in ("persistent_straggler", "input_stall") for r in f.culprits.ranks
+    }
+    out = persistent_straggler.left_out(m, sc, named_ranks, cfg)
+    if out is None:
+        return
+    metrics["left_out_culprits"] = out
+    m.notes.append(out["note"])
+    for f in findings:
+        if f.mode == "sync_amplification" and f.run == m.path:
+            f.evidence["left_out_of_loss"] = out["note"]
+
+
 def _headline(m: RunMetrics) -> dict[str, Any]:
     with np.errstate(all="ignore"):
         t = m.step_time
@@ -165,6 +184,7 @@ def diagnose_metrics(
         )
     else:
         sc = None
+        sc_sync: CulpritScan | None = None  # the culprits sync_amplification left out of its loss
         if m.n_ranks < 2:
             for mode in (*_ARRIVAL_MODES, "topology_contention"):
                 abstain(mode, "one rank: nothing to synchronize with")
@@ -215,6 +235,8 @@ def diagnose_metrics(
         f_in, mm = input_stall.detect(m, sc, cfg)
         findings += f_in
         metrics.update(mm)
+        if sc_sync is not None:
+            _note_left_out(m, sc_sync, findings, metrics, cfg)
         if "data" not in m.components and not any(f.mode == "input_stall" for f in findings):
             not_applicable.append(
                 "input_stall: no data_ns recorded (data time unknown; only per-rank lateness could show it)"

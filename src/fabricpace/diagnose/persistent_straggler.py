@@ -21,6 +21,7 @@ from fabricpace.diagnose.metrics import RunMetrics
 from fabricpace.diagnose.stats import (
     block_bootstrap,
     cap_by_wait,
+    fmt_ranks,
     named,
     nanmedian,
     prose_list,
@@ -102,16 +103,23 @@ def split_by_cause(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple
     return np.setdiff1d(rows, stall_a), stall_a
 
 
-def culprit_finding(
-    m: RunMetrics, sc: CulpritScan, rows: np.ndarray, cfg: DiagnoseConfig, *, mode: str, threshold: float
-) -> Finding | None:
-    """A finding for the culprit rows (straggler or rank-level input stall); None below threshold."""
+def culprit_saving(m: RunMetrics, sc: CulpritScan, rows: np.ndarray) -> tuple[float, np.ndarray, float, int]:
+    """(saving share, per-step saving ns, saving before the wait bound, steps the bound cut) of
+    replacing the culprit ``rows`` by their peers' median (``whatif_saving`` bounded by ``cap_by_wait``)."""
     mask = np.zeros(m.n_ranks, dtype=bool)
     mask[rows] = True
     raw, per_step = whatif_saving(sc.centred, mask, m.step_time, m.sets)
     per_step, bounded = cap_by_wait(per_step, m.step_wait, m.step_time, mask)
     total = float(np.nansum(m.step_time))
     saving = float(per_step.sum()) / total if total > 0 else 0.0
+    return saving, per_step, raw, bounded
+
+
+def culprit_finding(
+    m: RunMetrics, sc: CulpritScan, rows: np.ndarray, cfg: DiagnoseConfig, *, mode: str, threshold: float
+) -> Finding | None:
+    """A finding for the culprit rows (straggler or rank-level input stall); None below threshold."""
+    saving, per_step, raw, bounded = culprit_saving(m, sc, rows)
     if saving < threshold:
         return None
     conf, ci = block_bootstrap(per_step, m.step_time, threshold, cfg)
@@ -187,6 +195,51 @@ def culprit_finding(
         what_if_saving_pct=100 * saving,
         recommendation=rec,
     )
+
+
+def left_out(
+    m: RunMetrics, sc: CulpritScan, named_ranks: set[int], cfg: DiagnoseConfig
+) -> dict[str, Any] | None:
+    """The culprit ranks of the scan that no finding names: they stay out of sync_amplification's loss
+    (it counts the slowest *non-culprit* rank) but are not reported, being below the straggler's
+    saving threshold. Before, nothing said so — an audit's 128-rank run: node 13 was the last arriver
+    in most collectives and the report's tables named it, while the only finding (sync_amplification,
+    "Culprits: –") had silently left its 8 ranks out ("expected share" 1/120, not 1/128). None when
+    every culprit is named."""
+    rows = np.flatnonzero(sc.culprit & ~np.isin(m.ranks, sorted(named_ranks)))
+    if rows.size == 0:
+        return None
+    ranks = [int(v) for v in m.ranks[rows]]
+    saving, _, _, _ = culprit_saving(m, sc, rows)
+    share, expected = sc.last_share(rows)
+    whole = whole_nodes(m, ranks)
+    on_whole = sorted(r for n in whole for r in ranks_on(m, n))
+    if whole and on_whole == sorted(ranks):
+        who = f"{named('node', whole)} (ranks {fmt_ranks(ranks)})"
+    else:
+        who = named("rank", ranks, limit=6)
+    many = len(whole) > 1 if whole and on_whole == sorted(ranks) else len(ranks) > 1
+    thr = cfg.straggler_min_saving
+    amount = f"{saving:.1%}" if saving >= thr or f"{saving:.1%}" != f"{thr:.1%}" else f"{saving:.2%}"
+    save = (
+        f"would save only {amount} of step time, below the {thr:.0%} from which a straggler is reported"
+        if saving < thr
+        else f"would save {amount} of step time (a straggler is reported from {thr:.0%})"
+    )
+    note = (
+        f"{who} arrived last in {share:.0%} of steps ({expected:.0%} if nothing were wrong), but replacing "
+        f"{'them' if many else 'it'} {save}: not reported as a straggler, and left out of "
+        "sync_amplification's loss"
+    )
+    return {
+        "ranks": ranks,
+        "nodes": whole,
+        "last_arriver_share": share,
+        "last_arriver_share_expected": expected,
+        "saving_pct": 100 * saving,
+        "threshold_pct": 100 * cfg.straggler_min_saving,
+        "note": note,
+    }
 
 
 def _where(ranks: list[int], loc: dict[str, Any] | None) -> tuple[str, bool]:
