@@ -1,4 +1,4 @@
-"""Fixes for the user audit 15 (what users read), diagnose side: findings 4, 8, 16 and 18.
+"""Fixes for the user audit 15 (what users read), diagnose side: findings 4, 8, 9, 16 and 18.
 
 Each test pins what a user read before on a real recorded run (``data/real``: real gloo ranks on one
 host under the observer) or on a synthetic run with an exact fault, and what the diagnosis says now.
@@ -63,6 +63,31 @@ def test_text_shows_mean_and_median_lateness_when_they_part() -> None:
     d2 = diagnose([REAL / "observer-prop-off"]).to_dict()
     f2 = next(f for f in d2["findings"] if f["mode"] == "persistent_straggler")
     assert "late by 6.59 ms/step;" in _evidence_line(f2)
+
+
+def test_contention_on_a_group_across_many_leaves_names_no_chain_as_a_link(tmp_path) -> None:
+    """Finding 9: the audit's 16-leaf job read "culprit link leaf0<->leaf1<->…<->leaf15" (the whole
+    fabric) and "steps 51–101, excess 3384.22 ms", a sum over 51 steps that reads as per step. Here
+    foreign traffic doubles every transfer of a dp group over 4 leaves in steps 60–110."""
+    run = write_synthetic(
+        tmp_path / "foreign-4-leaves",
+        SynthSpec(ranks=32, nodes_per_leaf=2, steps=200, foreign=(60, 110, 2.0)),
+    )
+    d = diagnose([run])
+    f = next(f for f in d.findings if f.mode == "topology_contention")
+    assert f.culprits.links == []
+    note = f.evidence["links_unknown"]
+    assert note.startswith("group dp spans 4 leaves (leaf0–leaf3): ")
+    assert "no single link can be named" in note and "no cluster file (--cluster)" in note
+    p = f.evidence["periods"][0]
+    assert (p["first_step"], p["last_step"], p["steps"]) == (60, 109, 50)
+    assert abs(p["excess_ms_per_step"] * p["steps"] - p["excess_ms"]) < 1e-3
+    assert 0 < p["excess_share_of_period"] < 1
+    g = f.evidence["hot_groups"][0]
+    assert abs(g["excess_ms_per_step"] * f.evidence["steps"] - g["excess_ms"]) < 1e-3
+    line = _evidence_line(f.to_dict())
+    assert f"steps 60–109 (+{p['excess_ms_per_step']:.2f} ms/step, " in line, line
+    assert "<->" not in line and "<->" not in _culprits(f.culprits.to_dict(), f.evidence)
 
 
 def test_a_single_node_job_names_no_node(tmp_path) -> None:

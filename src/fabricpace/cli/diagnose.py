@@ -75,7 +75,17 @@ def _evidence_line(f: dict[str, Any]) -> str:
         if order:
             parts.append(f"rank order crosses leaves {order['crossings']}x per ring (min {order['minimum']})")
         for p in (ev.get("periods") or [])[:2]:
-            parts.append(f"steps {p['first_step']}–{p['last_step']}")
+            per = p.get("excess_ms_per_step")
+            parts.append(
+                f"steps {p['first_step']}–{p['last_step']}"
+                + (
+                    f" (+{per:.2f} ms/step, {p['excess_share_of_period']:.0%} of those steps)"
+                    if per is not None
+                    else ""
+                )
+            )
+        if ev.get("links_unknown"):
+            parts.append(str(ev["links_unknown"]))
     elif mode == "input_stall":
         parts.append(f"data wait {ev['data_share_of_step']:.1%} of step on {ev['ranks_stalled']} ranks")
     elif mode == "stage_imbalance":

@@ -201,7 +201,7 @@ def detect(
     # An inflated step loses at least the mode's threshold share of its own time to excess transfer.
     flags = loss >= cfg.contention_min_share * np.nan_to_num(m.step_time)
     runs_z = runs_test_z(flags)
-    periods = _periods(m.steps, flags, loss)
+    periods = _periods(m.steps, flags, loss, np.nan_to_num(m.step_time))
     in_periods = float(loss[flags].sum() / max(loss.sum(), 1.0))
     in_time = bool(
         runs_z <= cfg.contention_runs_z
@@ -235,7 +235,7 @@ def detect(
     hot = groups.join(hot_groups.select("group", "excess_ns", "inflation"), on="group", how="inner").sort(
         "excess_ns", descending=True
     )
-    links = _links(hot, on_cross)
+    links, spans = _links(hot, on_cross)
     member_sets = hot["members"].to_list()
     ranks = sorted({int(r) for ms in member_sets for r in ms}) if member_sets else []
     if len(ranks) * 2 > m.n_ranks:  # the whole job shares the problem: naming every rank says nothing
@@ -248,6 +248,7 @@ def detect(
     if uniform_vs_model and not where:
         where.append("everywhere, against the fabric model")
     evidence = dict(metrics)
+    n_steps = max(m.n_steps, 1)
     evidence.update(
         {
             "concentrated": "; ".join(where),
@@ -255,14 +256,17 @@ def detect(
             "intra_leaf_inflation_median": intra_infl,
             "periods": periods[:5],
             "inflated_step_share": float(flags.mean()),
+            # excess_ms: the group's excess summed over the run; per step: over the steps used
             "hot_groups": [
-                {"group": g, "excess_ms": e / 1e6, "inflation": i}
+                {"group": g, "excess_ms_per_step": e / 1e6 / n_steps, "inflation": i, "excess_ms": e / 1e6}
                 for g, e, i in hot_groups.head(5).select("group", "excess_ns", "inflation").iter_rows()
             ],
             "steps": m.n_steps,
             "notes": notes,
         }
     )
+    if spans:
+        evidence["links_unknown"] = _links_unknown(spans, cluster)
     order = _rank_order_crossings(m, hot)
     if order is not None:
         evidence["ring_leaf_crossings"] = order
@@ -337,37 +341,73 @@ def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | 
     return {"group": group, "crossings": crossings, "minimum": minimum, "nodes": int(seq.size)}
 
 
-def _periods(steps: np.ndarray, flags: np.ndarray, loss: np.ndarray) -> list[dict[str, Any]]:
-    """Contiguous runs of inflated steps (gaps of ≤ 2 steps bridged), largest excess first."""
+def _periods(
+    steps: np.ndarray, flags: np.ndarray, loss: np.ndarray, step_time: np.ndarray
+) -> list[dict[str, Any]]:
+    """Contiguous runs of inflated steps (gaps of ≤ 2 steps bridged), largest excess first. Each with
+    its excess per step and as a share of its steps' time; ``excess_ms`` is the sum over the period
+    (an audit read "steps 51–101, excess 3384.22 ms" as per step: it was 51 steps' worth)."""
     idx = np.flatnonzero(flags)
     if idx.size == 0:
         return []
     cut = np.flatnonzero(np.diff(idx) > 3) + 1
     out = []
     for seg in np.split(idx, cut):
+        part = slice(seg[0], seg[-1] + 1)
+        total = float(loss[part].sum())
+        n = seg[-1] + 1 - seg[0]
         out.append(
             {
                 "first_step": int(steps[seg[0]]),
                 "last_step": int(steps[seg[-1]]),
-                "excess_ms": float(loss[seg[0] : seg[-1] + 1].sum()) / 1e6,
+                "steps": int(n),
+                "excess_ms_per_step": total / n / 1e6,
+                "excess_share_of_period": total / max(float(np.nansum(step_time[part])), 1.0),
+                "excess_ms": total / 1e6,
             }
         )
     return sorted(out, key=lambda p: -p["excess_ms"])
 
 
-def _links(hot: pl.DataFrame, on_cross: bool) -> list[str]:
-    """Leaf uplinks every hot cross-leaf group uses, else the leaf pairs of the hottest groups."""
-    rows = [(ls, e) for ls, e, n in hot.select("leaves", "excess_ns", "n_leaves").iter_rows() if n and n > 1]
+def _links(hot: pl.DataFrame, on_cross: bool) -> tuple[list[str], list[tuple[str, list[int]]]]:
+    """(links, hot cross-leaf groups no link can be named for, with their leaves). Links: the leaf
+    uplinks every hot cross-leaf group uses, else the leaf pairs of hot groups that span two leaves. A
+    group that spans more leaves crosses all their uplinks, so its transfers single out none: the
+    audit's 16-leaf job read "culprit link leaf0<->leaf1<->…<->leaf15", the whole fabric."""
+    rows = [
+        (g, [int(x) for x in ls], e)
+        for g, ls, e, n in hot.select("group", "leaves", "excess_ns", "n_leaves").iter_rows()
+        if n and n > 1
+    ]
     if not rows:
-        return []
-    total = sum(e for _, e in rows) or 1.0
-    leaves = sorted({int(x) for ls, _ in rows for x in ls})
-    common = [lf for lf in leaves if sum(e for ls, e in rows if lf in ls) / total >= 0.9]
+        return [], []
+    total = sum(e for _, _, e in rows) or 1.0
+    leaves = sorted({x for _, ls, _ in rows for x in ls})
+    common = [lf for lf in leaves if sum(e for _, ls, e in rows if lf in ls) / total >= 0.9]
     if on_cross and common and len(common) < len(leaves):
-        return [f"leaf{lf}-spine" for lf in common]
-    pairs = []
-    for ls, _ in rows[:5]:
-        name = "<->".join(f"leaf{int(x)}" for x in ls)
+        return [f"leaf{lf}-spine" for lf in common], []
+    pairs: list[str] = []
+    spans: list[tuple[str, list[int]]] = []
+    for g, ls, _ in rows[:5]:
+        if len(ls) > 2:
+            spans.append((str(g), ls))
+            continue
+        name = "<->".join(f"leaf{x}" for x in ls)
         if name not in pairs:
             pairs.append(name)
-    return pairs
+    return pairs, spans
+
+
+def _leaf_range(ls: list[int]) -> str:
+    if ls == list(range(ls[0], ls[-1] + 1)):
+        return f"leaf{ls[0]}–leaf{ls[-1]}"
+    return ", ".join(f"leaf{x}" for x in ls)
+
+
+def _links_unknown(spans: list[tuple[str, list[int]]], cluster: Any) -> str:
+    """Why no link is named for hot groups that span more than two leaves."""
+    what = "; ".join(f"group {g} spans {len(ls)} leaves ({_leaf_range(ls)})" for g, ls in spans)
+    out = f"{what}: its transfers cross all their uplinks, so no single link can be named"
+    if cluster is None:
+        out += "; no cluster file (--cluster): excess measured against this run's quietest transfers"
+    return out
