@@ -1,4 +1,4 @@
-"""Fixes for the user audit 15 (what users read), diagnose side: findings 4, 8, 9, 16 and 18.
+"""Fixes for the user audit 15 (what users read), diagnose side: findings 4, 8, 9, 16, 18 and 23.
 
 Each test pins what a user read before on a real recorded run (``data/real``: real gloo ranks on one
 host under the observer) or on a synthetic run with an exact fault, and what the diagnosis says now.
@@ -123,3 +123,26 @@ def test_severity_and_whatif_are_one_number_in_the_table(tmp_path, cli) -> None:
     assert "Severity: share of step time lost = what fixing it would save (what-if)" in r.stdout
     assert r.stdout.count(f"{f['severity_pct']:.1f}%") == 1
     assert _severity({"severity_pct": 12.0, "what_if_saving_pct": 8.0}) == "12.0%\nwhat-if 8.0%"
+
+
+def test_large_transfer_excess_without_a_finding_says_why(tmp_path, cli) -> None:
+    """Finding 23: a healthy real run reported transfer_excess_share_of_step 0.28 (the audit's 2-rank
+    run 0.57, ×7.08) with no topology finding, which is right, and no reason. Now the metrics say which
+    concentration condition fails. And a too-short run read "cannot tell all (…): only 5 usable steps
+    after 1 warm-up steps"."""
+    m = diagnose([REAL / "healthy"]).runs[0].metrics
+    assert m["transfer_excess_share_of_step"] > 0.05
+    note = m["transfer_excess_note"]
+    assert note.startswith(f"transfer excess {100 * m['transfer_excess_share_of_step']:.1f}% of step time")
+    assert "is not named topology_contention: it is not concentrated" in note
+    assert "all ranks on one host, so no group crosses a leaf" in note
+    assert "runs-test z" in note and "no cluster file (--cluster)" in note
+    quiet = write_synthetic(tmp_path / "quiet", SynthSpec(ranks=8, steps=80, seed=2))
+    assert "transfer_excess_note" not in diagnose([quiet]).runs[0].metrics  # small excess: nothing to say
+    short = write_synthetic(tmp_path / "short", SynthSpec(ranks=4, steps=6))
+    r = cli("diagnose", str(short))
+    assert r.returncode == 0, r.stderr
+    assert "no mode can be decided (short): only 5 usable steps after 1 warm-up step; need at least 8" in (
+        r.stdout
+    )
+    assert "cannot tell all" not in r.stdout

@@ -182,7 +182,10 @@ def _print_text(d: dict[str, Any]) -> None:
         con.print("[green]healthy[/green]: no failure mode above its documented threshold.")
     for a in d["abstained"]:
         run = e(Path(a["run"]).name)
-        con.print(f"[yellow]cannot tell[/yellow] {e(a['mode'])} ({run}): {e(str(a['reason']))}")
+        if a["mode"] == "all":
+            con.print(f"[yellow]no mode can be decided[/yellow] ({run}): {e(str(a['reason']))}")
+        else:
+            con.print(f"[yellow]cannot tell[/yellow] {e(a['mode'])} ({run}): {e(str(a['reason']))}")
     s = d.get("scaling")
     if s:
         t = Table(title="Scaling")

@@ -34,6 +34,11 @@ from fabricpace.run.schema import COLLECTIVE_COLUMNS, TABLES
 _ARRIVAL_MODES = ("sync_amplification", "persistent_straggler")
 
 
+def _n(k: int, noun: str) -> str:
+    """'1 warm-up step', '5 usable steps'."""
+    return f"{k} {noun}" if k == 1 else f"{k} {noun}s"
+
+
 def _load_cluster(cluster: Any) -> Any:
     if cluster is None or not isinstance(cluster, str | os.PathLike):
         return cluster
@@ -179,7 +184,7 @@ def diagnose_metrics(
     elif m.n_steps < cfg.min_steps:
         abstain(
             "all",
-            f"only {m.n_steps} usable steps after {m.warmup} warm-up steps; need at least "
+            f"only {_n(m.n_steps, 'usable step')} after {_n(m.warmup, 'warm-up step')}; need at least "
             f"{cfg.min_steps} (run longer)",
         )
     else:
