@@ -94,3 +94,33 @@ def test_collective_wrapper_records_and_restores(gloo_world1, tmp_path):
     assert sorted(set(c["op"])) == ["all_reduce", "broadcast"]
     assert c.height == 6 and (c["bytes"] == 32).all()
     assert c["seq"].to_list() == list(range(6))
+
+
+def test_a_patch_over_the_wrapper_survives_and_calls_are_recorded_once(gloo_world1, tmp_path):
+    """Another tool patches dist.all_reduce over the observer's wrapper: closing the observer keeps
+    that patch (the old uninstall put the original back over it), the wrapper left in its chain
+    only passes calls through, and a later observer records each call once."""
+    import fabricpace
+
+    original = dist.all_reduce
+    with observe(None, tmp_path / "a", wrap_collectives=True, config=CFG):
+        ours = dist.all_reduce
+
+        def patch(*args, **kwargs):  # type: ignore[no-untyped-def]
+            return ours(*args, **kwargs)
+
+        dist.all_reduce = patch
+    try:
+        assert dist.all_reduce is patch
+        with observe(None, tmp_path / "b", wrap_collectives=True, config=CFG) as obs:
+            for _ in range(2):
+                with obs.step():
+                    dist.all_reduce(torch.ones(4))
+        assert dist.all_reduce is patch
+        assert fabricpace.load_run(obs.run_dir).collectives.height == 2
+    finally:
+        dist.all_reduce = original
+    with observe(None, tmp_path / "c", wrap_collectives=True, config=CFG) as obs, obs.step():
+        dist.all_reduce(torch.ones(4))
+    assert dist.all_reduce is original
+    assert fabricpace.load_run(obs.run_dir).collectives.height == 1

@@ -95,3 +95,40 @@ def test_parts_are_byte_identical_to_row_built_parts(tmp_path):
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     # Steps from the array equal steps from row tuples.
     assert steps_table(0, steps, 11).equals(steps_table(0, [tuple(r) for r in steps.tolist()], 11))
+
+
+class _Clock:
+    """A host timeline read from a list the test sets (exact stamps)."""
+
+    deferred = False
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def mark(self) -> int:
+        return self.now
+
+
+def test_async_collective_wait_is_the_time_blocked_in_work_wait():
+    """An async collective in flight 100 -> 500 while the host works until 400, then blocks in
+    Work.wait() 400 -> 510: wait 110 (not the 400 from issue to completion), comm 400, compute the
+    rest; the blocked interval is no collective row. A blocking and an overlapped row keep theirs."""
+    clock = _Clock()
+    rec = Recorder(clock)
+    clock.now = 0
+    rec.begin(0)
+    clock.now = 100
+    row = rec.enter("g", "all_reduce", 64, None)  # async (collective wrapper): no wait of its own
+    clock.now = 500
+    rec.exit(row)
+    rec.blocked(400, 510)
+    clock.now = 600
+    sync = rec.enter("g", "barrier", 0, True)
+    clock.now = 650
+    rec.exit(sync)
+    clock.now = 1000
+    rec.end(data=0, gc=0, gc_count=0, paced=0, samples=1)
+    steps, parts, _ = rec.take_chunk()
+    compute, wait, comm = steps[0, 3:6].tolist()
+    assert (wait, comm, compute) == (110 + 50, 400 + 50, 1000 - 160)
+    assert [r[3] for r in merge_parts(parts).rows()] == ["all_reduce", "barrier"]

@@ -24,8 +24,10 @@ def default_allreduce(process_group: Any) -> Callable[[Any, Any], Any]:
     """A hook equal to DDP's built-in reduction: scale by 1/world, all-reduce (sum), return the buffer."""
     import torch.distributed as dist
 
-    # Bound now, before an optional CollectiveWrapper patches the module: buckets are recorded once.
-    all_reduce = dist.all_reduce
+    from fabricpace.observe.collectives import unwrapped
+
+    # The original, whatever observer's collective wrapper is installed: buckets are recorded once.
+    all_reduce = unwrapped("all_reduce")
     group = process_group if process_group is not None else dist.group.WORLD
     # A group's size never changes: the scalar is computed once (the same float DDP uses).
     scale = 1.0 / dist.get_world_size(group)

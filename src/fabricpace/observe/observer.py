@@ -44,7 +44,16 @@ from typing import Any
 import numpy as np
 
 from fabricpace._errors import ConfigError
-from fabricpace.observe import align, chunks, ddp_instrument, gather_wait, locality, startup, windows
+from fabricpace.observe import (
+    align,
+    chunks,
+    collectives,
+    ddp_instrument,
+    gather_wait,
+    locality,
+    startup,
+    windows,
+)
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
@@ -182,6 +191,10 @@ class Observer:
             # (and on NCCL jobs they stay off the GPU). First, as before: every rank reaches it
             # (a rank whose observer failed earlier would leave the others in it).
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
+            # No observer records the collectives on it (its start-up agreement, its window gathers),
+            # and this one issues its gathers through the original function whatever is installed.
+            collectives.internal_group(self._group)
+            self._all_gather = collectives.unwrapped("all_gather")
             # A token agreed through the job's own Store keeps a restarted attempt off the keys an
             # earlier attempt left on the same Store server (sidechannel.session_token).
             token = session_token(job_store(), rank=self.rank, session=self._session,
@@ -190,7 +203,6 @@ class Observer:
                                        f"fabricpace/{token}/obs{self._session}", cfg.store_timeout_s)
             if self.channel.store is None:
                 raise RuntimeError("no Store on the default process group")
-            self._all_gather = dist.all_gather  # the original, even if the collective wrapper is installed
         if not self.distributed:
             self.run_dir = startup.fresh_dir(self.run_dir, self.rank)
         elif self.rank == 0:
@@ -241,9 +253,7 @@ class Observer:
                 wrap_collectives = ddp_instrument.explain_model(self, model, kind, wrap_collectives,
                                                                 comm_hook)
         if wrap_collectives:
-            from fabricpace.observe.collectives import CollectiveWrapper
-
-            self._wrapper = CollectiveWrapper(self)
+            self._wrapper = collectives.CollectiveWrapper(self)
             self._wrapper.install()
         if metrics_port is not None and self.rank == 0:
             try:

@@ -13,11 +13,15 @@ Three kinds of records:
 * any other collective (comm hook, collective wrapper, ``obs.collective``) — a small list
   ``[seq, group, op, nbytes, enter, exit, blocking]`` whose exit stamp is written by whichever thread
   sees completion (the DDP future callback on gloo's thread), which is safe because the record
-  object outlives any buffer swap.
+  object outlives any buffer swap. ``blocking``: True (blocking: its duration is wait), False
+  (overlapped, as DDP buckets) or None (an async collective whose wait is measured apart, below);
+* time blocked in an async collective's ``Work.wait()`` (collective wrapper) — the same list with
+  group None (``blocked``): it adds to the step's wait and is no collective row.
 
 Per step (DESIGN.md): ``wait`` is the time the step was blocked on collectives — for overlapped
 (asynchronous) collectives such as DDP buckets, from the last bucket's arrival (backward compute is
-done then) to the last completion; for blocking ones, their whole duration. ``comm`` is the union of
+done then) to the last completion; for blocking ones, their whole duration; for async collectives
+of the collective wrapper, the time blocked in their ``Work.wait()``. ``comm`` is the union of
 the intervals collectives were in flight. ``compute`` is the rest of the step minus data, GC and
 pacing time, i.e. this rank's own work.
 
@@ -50,6 +54,17 @@ _EMPTY_STEPS = np.zeros((0, len(STEP_FIELDS)), dtype=np.int64)
 
 # Indices into a collective record.
 _SEQ, _GROUP, _OP, _BYTES, _ENTER, _EXIT, _BLOCKING = range(7)
+# How a row counts in the step's wait (``_metrics``): overlapped (DDP buckets: last arrival -> last
+# completion), blocking (its whole duration), async (no wait of its own: its Work.wait() is a
+# _WAITED interval), waited (a blocked interval: wait only, no collective in flight of its own).
+_OVERLAPPED, _BLOCKS, _ASYNC, _WAITED = 0, 1, 2, 3
+
+
+def _kind(c: list[Any]) -> int:
+    b = c[_BLOCKING]
+    if c[_GROUP] is None:
+        return _WAITED
+    return _ASYNC if b is None else (_BLOCKS if b else _OVERLAPPED)
 # CUDA path: ended steps that may wait behind a collective whose exit was never stamped (see poll).
 _MAX_PENDING = 64
 
@@ -185,8 +200,10 @@ Part = Colls | RoundsBlock
 
 def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.ndarray, enter: np.ndarray,
              exit_: np.ndarray, blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute, wait, comm) per step from completed collectives (k = step row of each)."""
+    """(compute, wait, comm) per step from completed collectives (k = step row of each);
+    ``blocking``: bool (True blocking, False overlapped) or the int row kinds (``_OVERLAPPED``...)."""
     n = t_start.size
+    kind = blocking.astype(np.int8) if blocking.dtype == bool else blocking
     wait = np.zeros(n, dtype=np.int64)
     comm = np.zeros(n, dtype=np.int64)
     if k.size:
@@ -196,10 +213,11 @@ def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.nd
         # for it: counted, it made wait exceed the step itself and compute 0.
         inside = exit_ > t_start[k]
         if not inside.all():
-            k, enter, exit_, blocking = k[inside], enter[inside], exit_[inside], blocking[inside]
+            k, enter, exit_, kind = k[inside], enter[inside], exit_[inside], kind[inside]
     if k.size:
         # Overlapped (DDP buckets): from the last arrival (own compute done) to the last completion.
-        ov = ~blocking
+        ov = kind == _OVERLAPPED
+        blocking = (kind == _BLOCKS) | (kind == _WAITED)
         last_in = np.full(n, np.iinfo(np.int64).min)
         last_out = np.full(n, np.iinfo(np.int64).min)
         np.maximum.at(last_in, k[ov], enter[ov])
@@ -209,6 +227,10 @@ def _metrics(t_start: np.ndarray, t_end: np.ndarray, other: np.ndarray, k: np.nd
         # Blocking collectives: their whole duration.
         if blocking.any():
             wait += np.bincount(k[blocking], weights=(exit_ - enter)[blocking], minlength=n).astype(np.int64)
+        flight = kind != _WAITED  # a blocked interval is wait, not a collective in flight
+        if not flight.all():
+            k, enter, exit_ = k[flight], enter[flight], exit_[flight]
+    if k.size:
         # comm = union of in-flight intervals per step: sort by (step, enter); shift each step's times
         # by k * span so one running maximum never leaks across steps.
         rel_in = enter - t_start[k]
@@ -242,11 +264,12 @@ def finalize(records: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], lis
     if not records:
         return [], []
     raw = np.array([r[:8] for r in records], dtype=np.int64).reshape(-1, 8)
-    coll_rows = [(r[0], c[0], c[1], c[2], c[3], c[4], c[5]) for r in records for c in r[8]]
-    flat = [(k, c[_ENTER], c[_EXIT], c[_BLOCKING]) for k, r in enumerate(records) for c in r[8]
+    coll_rows = [(r[0], c[0], c[1], c[2], c[3], c[4], c[5]) for r in records for c in r[8]
+                 if c[_GROUP] is not None]
+    flat = [(k, c[_ENTER], c[_EXIT], _kind(c)) for k, r in enumerate(records) for c in r[8]
             if c[_EXIT] is not None]
     arr = np.array(flat, dtype=np.int64).reshape(-1, 4)
-    rows = finalize_raw(raw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(bool))
+    rows = finalize_raw(raw, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int8))
     return [tuple(r) for r in rows.tolist()], coll_rows
 
 
@@ -311,7 +334,7 @@ class Recorder:
         self._win: list[tuple[Any, Part]] = []
 
     # ---- collectives (any thread) ----
-    def enter(self, group: str, op: str, nbytes: int, blocking: bool) -> list[Any]:
+    def enter(self, group: str, op: str, nbytes: int, blocking: bool | None) -> list[Any]:
         seq = self._seqs.get(group, 0)
         self._seqs[group] = seq + 1
         rec = [seq, group, op, nbytes, self.mark(), None, blocking]
@@ -320,6 +343,11 @@ class Recorder:
 
     def exit(self, rec: list[Any]) -> None:
         rec[_EXIT] = self.mark()
+
+    def blocked(self, t_in: Any, t_out: Any) -> None:
+        """This rank was blocked from ``t_in`` to ``t_out`` in an async collective's ``Work.wait()``:
+        wait of the running step (no collective row)."""
+        self._colls.append([-1, None, None, 0, t_in, t_out, True])
 
     def buckets(self, group: str, nbytes: list[int], enters: list[Any], end: Any) -> None:
         """The buckets of one DDP backward seen without a comm hook (``ddp_probe``), in bucket order,
@@ -511,6 +539,10 @@ class Recorder:
         # Generic records -> columns.
         pos = {s: i for i, s in enumerate(raw[:, 0].tolist())} if gen else {}
         recs = [(pos.get(s, 0), c) for s, cs in gen for c in cs]
+        # Blocked intervals (Recorder.blocked) count in their step's wait and are no collective rows.
+        waited = [(k, c) for k, c in recs if c[_GROUP] is None and c[_EXIT] is not None]
+        if waited or any(c[_GROUP] is None for _, c in recs):
+            recs = [(k, c) for k, c in recs if c[_GROUP] is not None]
         parts_k, parts_seq, parts_g, parts_op, parts_b, parts_in, parts_out, parts_ok, parts_blk = (
             [] for _ in range(9))
         if recs:
@@ -523,7 +555,7 @@ class Recorder:
             parts_in.append(np.array([c[_ENTER] for _, c in recs], dtype=np.int64))
             parts_ok.append(np.array([c[_EXIT] is not None for _, c in recs], dtype=bool))
             parts_out.append(np.array([0 if c[_EXIT] is None else c[_EXIT] for _, c in recs], dtype=np.int64))
-            parts_blk.append(np.array([bool(c[_BLOCKING]) for _, c in recs], dtype=bool))
+            parts_blk.append(np.array([_kind(c) for _, c in recs], dtype=np.int8))
         # Probe rounds of the drained steps -> columns (vectorized; markers except the last bucket).
         t_end = raw[:, 2]
         for r in self._rounds:
@@ -560,8 +592,12 @@ class Recorder:
             parts_in.append(enter.ravel()[sel])
             parts_out.append(exit_.ravel()[sel])
             parts_ok.append(np.ones(int(sel.sum()), dtype=bool))
-            parts_blk.append(np.zeros(int(sel.sum()), dtype=bool))
+            parts_blk.append(np.full(int(sel.sum()), _OVERLAPPED, dtype=np.int8))
         names = tuple(self._names)
+        w_k = np.array([k for k, _ in waited], dtype=np.int64)
+        w_in = np.array([c[_ENTER] for _, c in waited], dtype=np.int64)
+        w_out = np.array([c[_EXIT] for _, c in waited], dtype=np.int64)
+        w_kind = np.full(len(waited), _WAITED, dtype=np.int8)
         if parts_k:
             cat = np.concatenate
             k, seq_a, grp, op = cat(parts_k), cat(parts_seq), cat(parts_g), cat(parts_op)
@@ -571,11 +607,11 @@ class Recorder:
             if len(parts_k) > 1:  # rows in time order within a step, as they happened
                 order = np.lexsort((enter_a, k))
                 k, seq_a, grp, op, nbytes, enter_a, exit_a, ok_a, blk = (a[order] for a in cols)
-            steps = finalize_raw(raw, k[ok_a], enter_a[ok_a], exit_a[ok_a], blk[ok_a])
+            steps = finalize_raw(raw, cat((k[ok_a], w_k)), cat((enter_a[ok_a], w_in)),
+                                 cat((exit_a[ok_a], w_out)), cat((blk[ok_a], w_kind)))
             colls = Colls(raw[k, 0], seq_a, grp, op, nbytes, enter_a, exit_a, ok_a, names)
         else:
-            z = np.zeros(0, dtype=np.int64)
-            steps = finalize_raw(raw, z, z, z, np.zeros(0, dtype=bool))
+            steps = finalize_raw(raw, w_k, w_in, w_out, w_kind)
             colls = Colls.empty(names)
         self._add(steps, colls)
 
