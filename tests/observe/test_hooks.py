@@ -96,6 +96,42 @@ def test_collective_wrapper_records_and_restores(gloo_world1, tmp_path):
     assert c["seq"].to_list() == list(range(6))
 
 
+def test_hook_torch_refuses_is_refused_as_without_the_observer(gloo_world1, tmp_path):
+    """DDP refuses bf16_compress_hook without NCCL (its _check_comm_hook tests the hook's __name__).
+    Passed as comm_hook= it must fail the same way, from observe(), before anything starts (before:
+    the wrapper, named 'hook', passed the check and the job ran only while observed)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+    with pytest.raises(TypeError) as plain:
+        _ddp().register_comm_hook(None, bf16_compress_hook)
+    model = _ddp()
+    with pytest.raises(TypeError) as observed:
+        observe(model, tmp_path / "bf16", comm_hook=(None, bf16_compress_hook), config=CFG)
+    assert str(observed.value) == str(plain.value)
+    assert not (tmp_path / "bf16").exists()  # nothing started
+
+
+def test_wrapped_hook_carries_the_user_hooks_name(gloo_world1, tmp_path):
+    """DDP sees (and logs) the user's hook through the observer's wrapper: name, qualname and
+    signature are the user's, as when the user registers it without the observer."""
+    import inspect
+
+    from fabricpace.observe.hooks import wrap_hook
+
+    def my_hook(state, bucket):  # type: ignore[no-untyped-def]
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+    plain = _ddp()
+    plain.register_comm_hook(None, my_hook)
+    model = _ddp()
+    with observe(model, tmp_path / "n", comm_hook=(None, my_hook), config=CFG) as obs, obs.step(samples=8):
+        model(torch.randn(8, 16)).sum().backward()
+    assert obs.failures == {} and obs.ddp_mode == "hook"
+    assert model._get_ddp_logging_data()["comm_hook"] == plain._get_ddp_logging_data()["comm_hook"]
+    wrapped = wrap_hook(obs, user_hook=my_hook, user_state=None, process_group=None, group_name="x")
+    assert wrapped.__name__ == "my_hook" and inspect.signature(wrapped) == inspect.signature(my_hook)
+
+
 def test_a_patch_over_the_wrapper_survives_and_calls_are_recorded_once(gloo_world1, tmp_path):
     """Another tool patches dist.all_reduce over the observer's wrapper: closing the observer keeps
     that patch (the old uninstall put the original back over it), the wrapper left in its chain

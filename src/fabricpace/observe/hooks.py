@@ -14,6 +14,7 @@ The instrumentation is wrapped in try/except: if it fails the reduction still ha
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -99,4 +100,10 @@ def wrap_hook(
 
         return fut.then(done)
 
+    # DDP checks the hook it is given (register_comm_hook -> _check_comm_hook): its signature's
+    # annotations and, by __name__, hooks this backend cannot run (bf16_compress_hook without NCCL).
+    # The wrapper carries the user's name, qualname and signature (__wrapped__), so that check and
+    # DDP's logging see the user's hook, as they would without the observer.
+    if user_hook is not None:
+        functools.update_wrapper(hook, user_hook)
     return hook

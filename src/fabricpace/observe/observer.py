@@ -78,6 +78,19 @@ RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
 _SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
 
 
+def _check_comm_hook(model: Any, comm_hook: Any) -> None:
+    """torch's own check of a DDP comm hook, on the user's hook, before anything starts: what DDP
+    refuses when the hook is registered without the observer (``bf16_compress_hook`` without NCCL,
+    wrong annotations) raises the same error from ``observe()``; observed, the job must not run a
+    configuration it could not run unobserved."""
+    if not isinstance(comm_hook, tuple | list) or len(comm_hook) != 2 or model is None:
+        return
+    ddp = ddp_instrument.unwrap(model)
+    check = getattr(ddp, "_check_comm_hook", None)
+    if check is not None and ddp_instrument.model_kind(ddp) == "ddp":
+        check(comm_hook[1])
+
+
 class Observer:
     """Records steps and collectives of this rank into a run directory. Use ``observe()`` to build one."""
 
@@ -105,6 +118,7 @@ class Observer:
 
             cfg = replace(cfg, window=window)  # (ObserverConfig checks it)
         check_pacing(pacing)
+        _check_comm_hook(model, comm_hook)
         port_ok = type(metrics_port) is int and 0 < metrics_port < 65536
         if metrics_port is not None and not port_ok:
             raise ConfigError(f"metrics_port={metrics_port!r}: a TCP port 1-65535, or None for no metrics")
