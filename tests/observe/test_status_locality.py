@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import re
 import socket
+import time
 import urllib.request
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from fabricpace.observe import locality
+from fabricpace.observe import ObserverConfig, locality, observe
 from fabricpace.observe.status import Metrics, status_line, window_stats
 from fabricpace.run.window import WindowSummary
 
@@ -31,6 +36,71 @@ def test_window_stats_and_line():
     assert st["wait_share"] == pytest.approx(0.25) and st["cv"] == pytest.approx(0.1)
     line = status_line(st, "pacing off")
     assert "slowest rank 1 (last 90%)" in line and "240.0 samples/s" in line and line.endswith("pacing off")
+
+
+def test_rate_over_the_windows_wall_time():
+    """5 s of steps in a 10 s window (evaluation between steps): half the rate inside steps."""
+    s = [_summary(0, 5, 100), _summary(1, 90, 100), _summary(2, 5, 100)]
+    st = window_stats(s, wall_ns=10e9)
+    assert st["throughput"] == pytest.approx(24 * 50 / 10) and st["steps_per_s"] == pytest.approx(5.0)
+    assert st["in_step_share"] == pytest.approx(0.5)
+    line = status_line(st, "pacing off")
+    assert "| 120.0 samples/s | in steps 50% |" in line
+    assert "| 240.0 samples/s in steps |" in status_line(window_stats(s), "off")  # wall time unknown
+
+
+def test_no_samples_prints_steps_per_second():
+    s = [replace(_summary(r, 1, 100), samples_mean=0.0) for r in range(2)]
+    st = window_stats(s, wall_ns=10e9)
+    line = status_line(st, "pacing off")
+    assert "5.0 steps/s (samples not given)" in line and "samples/s" not in line
+    assert math.isnan(st["throughput"])
+
+
+def _loop(obs: Any, steps: int, samples: int | None, step_s: float, gap_s: float) -> float:
+    """Steps of ``step_s`` with ``gap_s`` between them (evaluation, checkpoints); returns the wall
+    time of the whole loop as the loop itself measures it. ``samples`` None: not given."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        with obs.step() if samples is None else obs.step(samples=samples):
+            time.sleep(step_s)
+        time.sleep(gap_s)
+    return time.perf_counter() - t0
+
+
+def _rates(err: str, unit: str) -> list[float]:
+    return [float(m) for m in re.findall(rf"\| ([0-9.]+) {unit} \|", err)]
+
+
+def test_status_line_rate_counts_time_between_steps(tmp_path, capsys):
+    """A loop that spends half its time between steps: the status line's samples/s is the loop's
+    own rate (samples / wall time), and it says how much of the time was in steps (before: the rate
+    over step time alone, 2x the real one here — 3,375-5,637 printed for a real 1,860 in the audit)."""
+    cfg = ObserverConfig(flush_mode="main", window=5)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with observe(None, tmp_path / "r", config=cfg, metrics_port=port) as obs:
+        wall = _loop(obs, 30, 8, 0.004, 0.004)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    true_rate = 30 * 8 / wall
+    rates = _rates(capsys.readouterr().err, "samples/s")
+    assert len(rates) >= 5
+    for rate in rates:
+        assert true_rate * 0.75 <= rate <= true_rate * 1.3, (rate, true_rate)
+    gauge = float(re.search(r"^fabricpace_throughput ([0-9.e+]+)$", body, re.M).group(1))  # type: ignore[union-attr]
+    share = float(re.search(r"^fabricpace_in_step_share ([0-9.e+]+)$", body, re.M).group(1))  # type: ignore[union-attr]
+    assert true_rate * 0.75 <= gauge <= true_rate * 1.3 and 0.3 <= share <= 0.7, (gauge, share)
+
+
+def test_status_line_without_samples(tmp_path, capsys):
+    """samples= not given: steps/s over the wall time, never '0.0 samples/s' (which reads as stalled)."""
+    with observe(None, tmp_path / "n", config=ObserverConfig(flush_mode="main", window=5)) as obs:
+        wall = _loop(obs, 20, None, 0.004, 0.004)
+    err = capsys.readouterr().err
+    assert "samples/s" not in err and "(samples not given)" in err
+    rates = _rates(err.replace(" (samples not given)", ""), "steps/s")
+    assert rates and all(20 / wall * 0.75 <= r <= 20 / wall * 1.3 for r in rates), (rates, 20 / wall)
 
 
 def test_metrics_served_on_loopback_only():

@@ -129,6 +129,9 @@ class Observer:
         self.step_index = -1
         self.summaries: Sequence[WindowSummary] = []  # the last window's summaries (all ranks)
         self._window_log: WindowLog | None = None
+        # Rank 0: wall time each window covered (status line rate), and where the last one ended.
+        self._window_walls: dict[int, int] = {}
+        self._last_window_end: int | None = None
         self.clock_estimate = align.ClockEstimate(0, 0, 0)
         self.clock_updates = 0  # periodic re-alignments completed (the start-up one not counted)
         self.failed_steps: list[int] = []  # steps ended by torch's errors or interrupts (first 100)
@@ -551,6 +554,8 @@ class Observer:
             # A third: whether this rank's loop takes its batch from obs.batch_share (rebalance needs it).
             vec = np.append(row, [1.0 if self.pacer.failed_here else 0.0, self.pacer.digest(),
                                   1.0 if self.pacer.shares_asked else 0.0])
+            if self.rank == 0 and (cfg.status_line or self._metrics is not None):
+                self._note_wall(self._windows_closed, steps)
             self._windows_closed += 1
             if self.distributed:
                 import torch
@@ -637,13 +642,30 @@ class Observer:
             self._next_window = max(self._ended + 1, end)
             self._next_event = min(self._next_event, self._next_window)
 
+    def _note_wall(self, window: int, steps: Any) -> None:
+        """Rank 0, once per window: the wall time the window covered, from the previous window's last
+        step end (the first window: its first step's start) to its last step end. The time between
+        steps (evaluation, checkpoints, logging) is in it, so the status line's rate is the job's
+        real rate, not the rate while inside steps. Two stamps read from the window's step rows."""
+        if not len(steps):  # nothing recorded in this window: the next one counts from its own start
+            self._last_window_end = None
+            return
+        first, last = int(steps[0][1]), int(steps[-1][2])
+        start = self._last_window_end if self._last_window_end is not None else first
+        self._last_window_end = last
+        walls = self._window_walls
+        walls[window] = last - start
+        if len(walls) > 8:  # windows whose summaries never arrived (a failed gather)
+            del walls[min(walls)]
+
     def _report(self, summaries: Sequence[WindowSummary]) -> None:
         from fabricpace.observe.status import print_status, status_line, window_stats
 
         if not self.config.status_line and self._metrics is None:
             return  # nobody reads the fleet view
         try:
-            stats = window_stats(summaries)
+            wall = self._window_walls.pop(int(summaries[0].window), None) if len(summaries) else None
+            stats = window_stats(summaries, wall)
             if self.config.status_line:
                 print_status(status_line(stats, self.pacer.status()))
             if self._metrics is not None:
