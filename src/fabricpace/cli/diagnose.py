@@ -61,7 +61,11 @@ def _evidence_line(f: dict[str, Any]) -> str:
             f"slowest rank changes: {ev['distinct_slowest_ranks']} ranks, "
             f"top {ev['slowest_rank_top_share']:.0%}"
         )
-        parts.append(f"step CV {ev['step_cv']:.3f}")
+        robust = ev.get("step_cv_robust")
+        if ev.get("one_off_stalls") and robust is not None:  # the CV is the stall's: the spread beside it
+            parts.append(f"step CV {ev['step_cv']:.3f} (robust {robust:.3f})")
+        else:
+            parts.append(f"step CV {ev['step_cv']:.3f}")
         made = ev.get("variation_made_of") or {}
         if made:
             top = max(made, key=lambda k: made[k])
@@ -90,7 +94,42 @@ def _evidence_line(f: dict[str, Any]) -> str:
         parts.append(f"data wait {ev['data_share_of_step']:.1%} of step on {ev['ranks_stalled']} ranks")
     elif mode == "stage_imbalance":
         parts.append(f"slow stage +{ev['slow_stage_excess_over_median_stage']:.0%} work over median stage")
+    stalls = ev.get("one_off_stalls")
+    if stalls and stalls.get("summary"):  # one or a few steps carry most of the loss: said first
+        parts.insert(0, str(stalls["summary"]))
     return "; ".join(p for p in parts if p)
+
+
+def _step_line(m: dict[str, Any]) -> str:
+    """The run line's step time: ', step 9.80 ms (CV 0.123)'; when one or a few steps make the spread
+    (``step_outliers``), the median and a robust spread lead and the mean and CV are given with and
+    without them: ', step 8.44 ms median (robust CV 0.307, p95/p50 2.10); step 322 took 45.07 s: mean
+    33.16 ms (CV 30.538) with it, 10.40 ms (CV 1.744) without'."""
+    step = m.get("step_ms_mean")
+    if not step:
+        return ""
+    out = m.get("step_outliers") or {}
+    if not out.get("steps") or m.get("step_ms_median") is None:
+        return f", step {step:.2f} ms (CV {m.get('step_cv', 0):.3f})"
+    from fabricpace.diagnose.one_off import secs
+
+    spread = []
+    if m.get("step_cv_robust") is not None:
+        spread.append(f"robust CV {m['step_cv_robust']:.3f}")
+    if m.get("step_p95_over_p50") is not None:
+        spread.append(f"p95/p50 {m['step_p95_over_p50']:.2f}")
+    steps = out["steps"]
+    took = ", ".join(f"{s['step']} took {secs(s['step_ms'] * 1e6)}" for s in steps)
+    it = "it" if len(steps) == 1 else "them"
+    line = (
+        f", step {m['step_ms_median']:.2f} ms median"
+        + (f" ({', '.join(spread)})" if spread else "")
+        + f"; {'step' if len(steps) == 1 else 'steps'} {took}: "
+        f"mean {step:.2f} ms (CV {m.get('step_cv', 0):.3f}) with {it}"
+    )
+    if out.get("step_ms_mean_without") is not None and out.get("step_cv_without") is not None:
+        line += f", {out['step_ms_mean_without']:.2f} ms (CV {out['step_cv_without']:.3f}) without"
+    return line
 
 
 def _lateness(ev: dict[str, Any]) -> str:
@@ -140,11 +179,10 @@ def _print_text(d: dict[str, Any]) -> None:
         con = Console(highlight=False, width=140)
     for r in d["runs"]:
         m = r["metrics"]
-        step = m.get("step_ms_mean")
         con.print(
             f"[bold]{e(str(r['path']))}[/bold]  {count(r['world_size'], 'rank')} / "
             f"{count(r['nodes'], 'node')}, {r['steps_used']} steps"
-            + (f", step {step:.2f} ms (CV {m.get('step_cv', 0):.3f})" if step else "")
+            + _step_line(m)
             + f" — verdict: [bold]{e(str(r['verdict']))}[/bold]"
         )
         warnings = r.get("warnings", [])

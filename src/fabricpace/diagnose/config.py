@@ -63,6 +63,14 @@ class DiagnoseConfig:
     stage_min_excess: float = 0.10  # slowest stage's median work above the median stage, relative
     stage_min_saving: float = 0.03
 
+    # One-off stalls (one_off.py): one or a few steps carrying most of a finding's loss are named as such
+    # in its evidence and recommendation (a 45 s SIGSTOP of one rank read as amplified per-step noise).
+    one_off_loss_share: float = 0.5  # the steps carry more than this share of the finding's loss ...
+    one_off_max_step_share: float = 0.01  # ... and are at most this share of the steps (at least one) ...
+    one_off_max_steps: int = 5  # ... and at most this many ...
+    one_off_min_ratio: float = 10.0  # ... and each lost at least this × the mean of the other steps ...
+    one_off_min_step_ratio: float = 5.0  # ... and at least this × the median step time
+
     # Confidence: block bootstrap over steps.
     bootstrap_resamples: int = 200
     bootstrap_block: int = 10

@@ -51,6 +51,23 @@ class CulpritScan:
     # role and what-if are judged within its set; a single set (the usual case) is the whole job.
     sets: list[np.ndarray] | None = None
     last_expected: np.ndarray | None = None  # [R] 1 / size of the rank's set: its share if nothing is wrong
+    # Per set of ranks: (row of each step's slowest rank, what replacing it alone saves in that step, ns)
+    # — ``solo_saving`` step by step, so it can be taken without some steps (``solo_without``).
+    solo_steps: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def solo_without(self, drop: np.ndarray, step_time: np.ndarray) -> np.ndarray:
+        """[R] ``solo_saving`` over the steps other than ``drop`` (indices): what replacing each rank
+        alone saves there, as a share of their step time. One 45 s stall of one rank made it "70% of
+        step time" over a whole run (user audit 15); without that step it is the run's own noise."""
+        if not self.solo_steps:
+            return self.solo_saving
+        keep = np.ones(self.solo_steps[0][0].size, dtype=bool)
+        keep[drop] = False
+        out = np.zeros(self.solo_saving.size)
+        for top, gain in self.solo_steps:
+            out += np.bincount(top[keep], weights=gain[keep], minlength=out.size)
+        total = float(np.nansum(np.asarray(step_time, dtype=float)[keep]))
+        return out / max(total, 1.0)
 
     def last_share(self, rows: np.ndarray) -> tuple[float, float]:
         """(share of steps in which one of ``rows`` arrived last in its set, that share if nothing were
@@ -166,6 +183,7 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
     expect = np.zeros(r)
     lz = np.zeros(r)
     solo = np.zeros(r)
+    solo_steps: list[tuple[np.ndarray, np.ndarray]] = []
     for rows in sets:
         sub = filled[rows]
         top = rows[np.argmax(sub, axis=0)]
@@ -180,6 +198,7 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         lz[rows] = binomial_z(counts[rows], int(resolvable.sum()), 1.0 / rows.size)
         gain = np.where(resolvable & np.isfinite(second), top_val - np.maximum(second, 0.0), 0.0)
         solo += np.bincount(top, weights=gain, minlength=r)
+        solo_steps.append((top, gain))
     solo /= max(float(np.nansum(m.step_time)), 1.0)
 
     share = counts / np.maximum(n_last, 1)
@@ -213,6 +232,7 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
         consistently_late=consistently_late,
         sets=sets,
         last_expected=expect,
+        solo_steps=solo_steps,
     )
 
 

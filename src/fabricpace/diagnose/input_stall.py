@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fabricpace.diagnose import one_off
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
@@ -37,31 +38,30 @@ def fleet_stall(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[Finding | None, dic
     saving = float(loss.sum() / total)
     conf, ci = block_bootstrap(loss, m.step_time, cfg.input_min_share, cfg)
     ranks = [int(v) for v in m.ranks[per_rank >= cfg.input_min_share]]
-    return (
-        Finding(
-            mode="input_stall",
-            run=m.path,
-            severity_pct=100 * saving,
-            severity_ci_pct=(100 * ci[0], 100 * ci[1]),
-            confidence=conf,
-            culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks)),
-            evidence={
-                "data_share_of_step": fleet,
-                "data_ms_per_step_median_rank": float(nanmedian(data)) / 1e6,
-                "ranks_stalled": len(ranks),
-                "ranks": m.n_ranks,
-                "steps": m.n_steps,
-                "scope": "fleet",
-            },
-            what_if_saving_pct=100 * saving,
-            recommendation=(
-                "Every rank waits for its input pipeline: add DataLoader workers, prefetch "
-                "(prefetch_factor), "
-                "pin memory, move decoding/augmentation off the critical path or cache the dataset locally."
-            ),
+    f = Finding(
+        mode="input_stall",
+        run=m.path,
+        severity_pct=100 * saving,
+        severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+        confidence=conf,
+        culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks)),
+        evidence={
+            "data_share_of_step": fleet,
+            "data_ms_per_step_median_rank": float(nanmedian(data)) / 1e6,
+            "ranks_stalled": len(ranks),
+            "ranks": m.n_ranks,
+            "steps": m.n_steps,
+            "scope": "fleet",
+        },
+        what_if_saving_pct=100 * saving,
+        recommendation=(
+            "Every rank waits for its input pipeline: add DataLoader workers, prefetch "
+            "(prefetch_factor), "
+            "pin memory, move decoding/augmentation off the critical path or cache the dataset locally."
         ),
-        metrics,
     )
+    one_off.annotate(f, m, loss, cfg.input_min_share, cfg)
+    return f, metrics
 
 
 def detect(

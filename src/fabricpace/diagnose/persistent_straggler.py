@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricpace.diagnose import per_sample
+from fabricpace.diagnose import one_off, per_sample
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan, component_excess, component_excess_rows
 from fabricpace.diagnose.findings import Culprits, Finding
@@ -184,7 +184,7 @@ def culprit_finding(
             f"DataLoader workers or prefetching there, or shift samples away from {it} (pacing 'rebalance')."
         )
     stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
-    return Finding(
+    f = Finding(
         mode=mode,
         run=m.path,
         severity_pct=100 * saving,
@@ -195,6 +195,8 @@ def culprit_finding(
         what_if_saving_pct=100 * saving,
         recommendation=rec,
     )
+    one_off.annotate(f, m, per_step, threshold, cfg)  # a single stall carrying most of it is said so
+    return f
 
 
 def left_out(

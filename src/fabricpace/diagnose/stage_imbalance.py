@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from fabricpace.diagnose import one_off
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics, _dense
@@ -96,25 +97,21 @@ def detect(m: RunMetrics, cfg: DiagnoseConfig) -> tuple[list[Finding], dict[str,
             "steps": m.n_steps,
         }
     )
-    return (
-        [
-            Finding(
-                mode="stage_imbalance",
-                run=m.path,
-                severity_pct=100 * saving,
-                severity_ci_pct=(100 * ci[0], 100 * ci[1]),
-                confidence=conf,
-                culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks), stages=stages),
-                evidence=evidence,
-                what_if_saving_pct=100 * saving,
-                recommendation=(
-                    f"Pipeline {named('stage', stages)} {'carry' if len(stages) > 1 else 'carries'} more "
-                    f"work than the others: move layers from {'them' if len(stages) > 1 else 'it'} to "
-                    f"stage {fastest} (the lightest), or rebalance the partition by measured time, "
-                    "not layer count."
-                ),
-            )
-        ],
-        metrics,
-        None,
+    f = Finding(
+        mode="stage_imbalance",
+        run=m.path,
+        severity_pct=100 * saving,
+        severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+        confidence=conf,
+        culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks), stages=stages),
+        evidence=evidence,
+        what_if_saving_pct=100 * saving,
+        recommendation=(
+            f"Pipeline {named('stage', stages)} {'carry' if len(stages) > 1 else 'carries'} more "
+            f"work than the others: move layers from {'them' if len(stages) > 1 else 'it'} to "
+            f"stage {fastest} (the lightest), or rebalance the partition by measured time, "
+            "not layer count."
+        ),
     )
+    one_off.annotate(f, m, per_step, cfg.stage_min_saving, cfg)
+    return [f], metrics, None

@@ -30,6 +30,17 @@ def nanmedian(x: Any, axis: int | None = None) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+def robust_cv(x: Any) -> float | None:
+    """1.4826 × MAD / median of the finite values: the spread of step times that one outlier step cannot
+    make (a 45 s stall in 1,980 steps of 10 ms made the CV 30.5; this stays 0.31). None when empty."""
+    v = np.asarray(x, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    med = float(np.median(v))
+    return float(1.4826 * np.median(np.abs(v - med)) / med) if med > 0 else None
+
+
 def loo_median(x: np.ndarray) -> np.ndarray:
     """For a [R, S] matrix: per column, the median of the *other* rows (NaN-aware, vectorized).
 

@@ -13,11 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from fabricpace.diagnose import one_off
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.culprits import CulpritScan
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
-from fabricpace.diagnose.stats import block_bootstrap, cap_by_wait, expected_max_normal, nanmedian
+from fabricpace.diagnose.stats import (
+    block_bootstrap,
+    cap_by_wait,
+    expected_max_normal,
+    nanmedian,
+    robust_cv,
+)
 
 
 def residual_skew(m: RunMetrics, sc: CulpritScan) -> np.ndarray:
@@ -28,15 +35,20 @@ def residual_skew(m: RunMetrics, sc: CulpritScan) -> np.ndarray:
     return np.clip(np.nan_to_num(loss), 0, None)
 
 
-def _cause(m: RunMetrics, sc: CulpritScan) -> dict[str, float]:
+def _cause(m: RunMetrics, sc: CulpritScan, drop: np.ndarray | None = None) -> dict[str, float]:
     """Which kind of time the variation is made of: per step, each component of the slowest
-    (non-culprit) rank above the median rank's, summed over steps, as shares of their total."""
+    (non-culprit) rank above the median rank's, summed over steps, as shares of their total.
+    ``drop``: steps left out (one-off stalls: what the rest of the loss is made of)."""
     keep = np.flatnonzero(~sc.culprit)
     if keep.size == 0:
         return {}
-    sub = np.where(np.isnan(sc.centred[keep]), -np.inf, sc.centred[keep])
-    top = keep[np.argmax(sub, axis=0)]
     cols = np.arange(m.n_steps)
+    cen = sc.centred[keep]
+    if drop is not None and drop.size:
+        cols = np.setdiff1d(cols, drop)
+        cen = cen[:, cols]
+    sub = np.where(np.isnan(cen), -np.inf, cen)
+    top = keep[np.argmax(sub, axis=0)]
     out: dict[str, float] = {}
     total = float(np.sum(np.clip(np.nan_to_num(sc.centred[top, cols]), 0, None)))
     if total <= 0:
@@ -46,21 +58,25 @@ def _cause(m: RunMetrics, sc: CulpritScan) -> dict[str, float]:
             comp = m.components.get(name)
             if comp is None:
                 continue
-            above = comp[top, cols] - nanmedian(comp[keep], axis=0)
+            ref = comp[keep] if cols.size == m.n_steps else comp[keep][:, cols]
+            above = comp[top, cols] - nanmedian(ref, axis=0)
             out[name] = float(np.nansum(np.clip(above, 0, None)))
     norm = sum(out.values())
     return {k: v / norm for k, v in out.items()} if norm > 0 else {}
 
 
-def _leading_rank(m: RunMetrics, sc: CulpritScan, keep: np.ndarray) -> dict[str, Any] | None:
+def _leading_rank(
+    m: RunMetrics, sc: CulpritScan, keep: np.ndarray, drop: np.ndarray | None = None
+) -> dict[str, Any] | None:
     """The non-culprit rank whose replacement alone by its peers' median saves most, with that saving
     and the next rank's (percent of step time). Real runs showed why: the demo's CPU-throttled rank
     (session 9, under load) had GC pauses twice its peers' and alone cost 34% of step time (the next
     rank 13%), yet with every rank pausing it was neither consistently nor dominantly the slowest — the
-    finding was right that GC noise is amplified, and now also says where most of it comes from."""
+    finding was right that GC noise is amplified, and now also says where most of it comes from.
+    ``drop``: steps left out (one-off stalls, which would make their rank "lead" by themselves)."""
     if keep.size < 2:
         return None
-    solo = sc.solo_saving[keep]
+    solo = (sc.solo_without(drop, m.step_time) if drop is not None and drop.size else sc.solo_saving)[keep]
     order = np.argsort(solo)[::-1]
     return {
         "rank": int(m.ranks[keep[order[0]]]),
@@ -86,6 +102,7 @@ def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Fi
     metrics = {
         "skew_share_of_step": share,
         "step_cv": cv,
+        "step_cv_robust": robust if (robust := robust_cv(m.step_time)) is not None else float("nan"),
         "distinct_slowest_ranks": distinct,
         "slowest_rank_top_share": top_share,
         "lateness_sigma_ms": sigma / 1e6,
@@ -95,8 +112,9 @@ def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Fi
     if share < cfg.sync_min_share or distinct < min(3, keep.size):
         return [], metrics
     conf, ci = block_bootstrap(loss, m.step_time, cfg.sync_min_share, cfg)
-    lead = _leading_rank(m, sc, keep)
-    cause = _cause(m, sc)
+    stalls = one_off.dominant_steps(loss, cfg, one_off.median_step(m))
+    lead = _leading_rank(m, sc, keep, stalls)
+    cause = _cause(m, sc, stalls)  # of the loss without one-off stalls (said apart, one_off.py)
     main = max(cause, key=lambda k: cause[k]) if cause else None
     evidence: dict[str, Any] = dict(metrics)
     evidence.update(
@@ -135,16 +153,18 @@ def detect(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> tuple[list[Fi
             f"quota or a busy neighbour lengthens its pauses). " + rec
         )
     # What-if: every non-culprit rank at the step's median — the whole residual skew disappears.
-    return [
-        Finding(
-            mode="sync_amplification",
-            run=m.path,
-            severity_pct=100 * share,
-            severity_ci_pct=(100 * ci[0], 100 * ci[1]),
-            confidence=conf,
-            culprits=Culprits(ranks=[], nodes=[]),
-            evidence=evidence,
-            what_if_saving_pct=100 * share,
-            recommendation=rec,
-        )
-    ], metrics
+    f = Finding(
+        mode="sync_amplification",
+        run=m.path,
+        severity_pct=100 * share,
+        severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+        confidence=conf,
+        culprits=Culprits(ranks=[], nodes=[]),
+        evidence=evidence,
+        what_if_saving_pct=100 * share,
+        recommendation=rec,
+    )
+    # One or a few steps carrying most of the loss are a stall, not amplified per-step noise: said so
+    # first, with the loss without them (the leading rank above is taken without them too).
+    one_off.annotate(f, m, loss, cfg.sync_min_share, cfg, stalls)
+    return [f], metrics

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from fabricpace.diagnose import one_off
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.metrics import RunMetrics
@@ -312,23 +313,19 @@ def detect(
                 f"{order['minimum']} would do (NCCL's rings follow rank order): relaunch with a leaf-grouped "
                 "hostfile (fabricpace place --cluster FILE --hosts FILE). " + rec
             )
-    return (
-        [
-            Finding(
-                mode="topology_contention",
-                run=m.path,
-                severity_pct=100 * share,
-                severity_ci_pct=(100 * ci[0], 100 * ci[1]),
-                confidence=conf if (on_cross or in_time) else 0.5 * conf,
-                culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks) if ranks else [], links=links),
-                evidence=evidence,
-                what_if_saving_pct=100 * share,
-                recommendation=rec,
-            )
-        ],
-        metrics,
-        None,
+    f = Finding(
+        mode="topology_contention",
+        run=m.path,
+        severity_pct=100 * share,
+        severity_ci_pct=(100 * ci[0], 100 * ci[1]),
+        confidence=conf if (on_cross or in_time) else 0.5 * conf,
+        culprits=Culprits(ranks=ranks, nodes=culprit_nodes(m, ranks) if ranks else [], links=links),
+        evidence=evidence,
+        what_if_saving_pct=100 * share,
+        recommendation=rec,
     )
+    one_off.annotate(f, m, loss, cfg.contention_min_share, cfg)
+    return [f], metrics, None
 
 
 def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | None:
@@ -342,7 +339,8 @@ def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | 
     hottest = cross.row(0, named=True)
     group, members = hottest["group"], hottest["members"]
     info = (
-        m.rank_info.select("rank", "node", "leaf").unique(subset=["rank"])
+        m.rank_info.select("rank", "node", "leaf")
+        .unique(subset=["rank"])
         .filter(pl.col("rank").is_in(list(members)) & pl.col("leaf").is_not_null())
         .sort("rank")
     )
