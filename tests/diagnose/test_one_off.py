@@ -1,4 +1,4 @@
-"""One-off stalls (fault audit 15, finding 8): when one or a few steps carry most of
+"""One-off stalls (fault audit 15, findings 8 and 3, diagnose side): when one or a few steps carry most of
 a finding's loss, the diagnosis names the step, the late rank and the duration, gives the finding's
 number without that step and says what to check — not "random per-step variation amplified by
 synchronization" with a CV that one step made.
@@ -9,6 +9,10 @@ collectives; 3 real gloo ranks on one host under the observer, ``fjob.py``, 3 ms
 * ``audit15-sigstop-rank1`` — rank 1 stopped by SIGSTOP for 45 s, then SIGCONT (``t2_sigstop.sh 45``):
   step 322 took 45.07 s, the median step 8.4 ms. Before: "sync_amplification 73.6%", "step 33.16 ms
   (CV 30.538)", and "rank 1 alone accounts for 70.0% … check that host (a CPU quota …)".
+* ``audit15-window-mismatch`` — rank 1 passed ``window=20``, ranks 0 and 2 ``window=50``
+  (``t2_mismatch.sh W``): rank 1's window gather waited out ``gather_timeout_s`` (30 s) at step 22,
+  and the manifest records ``observer_failures.gather``. Before: "sync_amplification 86.5%",
+  "step 61.20 ms (CV 20.336)" — the observer's own stall read as the job's.
 """
 
 from __future__ import annotations
@@ -68,6 +72,21 @@ def test_a_45_s_sigstop_of_one_rank_is_named_as_one_stall() -> None:
     assert "one_off_stalls" not in top.evidence
 
 
+def test_the_observers_own_gather_stall_is_said_to_be_the_observers() -> None:
+    d = diagnose([REAL / "audit15-window-mismatch"])
+    f = _sync(d)
+    (s,) = f.evidence["one_off_stalls"]["steps"]
+    assert s["step"] == 22 and [r["rank"] for r in s["late_ranks"]] == [1]
+    assert s["observer"]["part"] == "gather" and s["observer"]["timeout_s"] == 30.0
+    rec = f.recommendation
+    assert "fabricpace's own window gather timing out (gather_timeout_s 30 s" in rec
+    assert "most likely the observer's stall, not the job's" in rec
+    assert "same settings (window=, gather_lag_steps=)" in rec
+    assert "Without step 22, sync_amplification is 13.0%" in rec
+    assert "observer's gather timeout" in f.evidence["one_off_stalls"]["summary"]
+    assert d.runs[0].metrics["step_outliers"]["steps"][0]["step"] == 22
+
+
 def test_text_output_leads_with_the_median_and_the_stall(cli, recorded) -> None:
     run = recorded("audit15-sigstop-rank1")
     r = cli("diagnose", str(run))
@@ -114,7 +133,7 @@ def test_the_rule_names_one_or_a_few_steps_only() -> None:
 def test_no_one_off_on_the_other_recorded_runs() -> None:
     """Real runs with GC pauses, slow ranks, evaluations and checkpoints: no finding reads as a stall."""
     for run in sorted(REAL.iterdir()):
-        if run.name in ("audit15-sigstop-rank1", "audit15-window-mismatch"):  # (a stall of its own)
+        if run.name in ("audit15-sigstop-rank1", "audit15-window-mismatch"):
             continue
         d = diagnose([run])
         for f in d.findings:

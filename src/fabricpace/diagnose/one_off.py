@@ -18,6 +18,11 @@ would change the diagnosis contract, so this is evidence and wording on the find
   the finding's number without it;
 * ``step_outliers`` — the same rule on the run's step times (time above the median step), so the run's
   headline gives the median and a robust spread instead of a CV that one step made.
+
+A stall that matches the observer's own window-gather timeout (``manifest.extra.observer_failures``
+has ``gather`` and the stall lasted about ``gather_timeout_s``) is said to be most likely fabricpace's
+own (user audit: ranks with different ``window=`` stalled 30 s at step 22, reported as the job's
+sync_amplification).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from fabricpace.diagnose.stats import named, nanmedian, prose_list
 
 _COMPONENTS = ("compute", "data", "gc", "paced")
 _IN = {"compute": "compute", "data": "data loading", "gc": "GC", "paced": "pacing"}
+# Observer parts whose failure can stall every rank for one of the observer's timeouts, and that
+# timeout's name in manifest.extra.observer (only the window gather is known to: user audit 15, t2_win).
+_OBSERVER_TIMEOUTS = {"gather": "gather_timeout_s"}
 
 
 def dominant_steps(loss: np.ndarray, cfg: DiagnoseConfig, median_step: float) -> np.ndarray:
@@ -127,6 +135,29 @@ def _step_start_ns(m: RunMetrics, i: int) -> float | None:
     return float(low) if isinstance(low, int | float) else None
 
 
+def _observer_stall(m: RunMetrics, loss_ns: float) -> dict[str, Any] | None:
+    """The observer part whose failure (manifest.extra.observer_failures) and timeout match a stall of
+    ``loss_ns``: within 5% below to 10% + 0.5 s above the timeout."""
+    extra = m.run.manifest.extra or {}
+    failures = extra.get("observer_failures") or {}
+    settings = extra.get("observer") or {}
+    if not isinstance(failures, dict) or not isinstance(settings, dict):
+        return None
+    for part, key in _OBSERVER_TIMEOUTS.items():
+        timeout = settings.get(key)
+        if part not in failures or not isinstance(timeout, int | float) or timeout <= 0:
+            continue
+        s = loss_ns / 1e9
+        if 0.95 * timeout <= s <= 1.1 * timeout + 0.5:
+            return {
+                "part": part,
+                "setting": key,
+                "timeout_s": float(timeout),
+                "failure": str(failures[part])[:200],
+            }
+    return None
+
+
 def describe(m: RunMetrics, idx: np.ndarray, loss: np.ndarray, threshold: float) -> dict[str, Any]:
     """``evidence.one_off_stalls`` for the steps ``idx`` (from ``dominant_steps``) of a finding whose
     per-step loss is ``loss`` and whose threshold (share of step time) is ``threshold``."""
@@ -150,6 +181,9 @@ def describe(m: RunMetrics, idx: np.ndarray, loss: np.ndarray, threshold: float)
         clock = _wall_clock(m, i)
         if clock:
             entry["wall_clock"] = clock
+        obs = _observer_stall(m, float(loss[i]))
+        if obs:
+            entry["observer"] = obs
         steps.append(entry)
     without = float(loss[keep].sum()) / rest_time if rest_time > 0 else 0.0
     ev: dict[str, Any] = {
@@ -196,6 +230,8 @@ def summary(ev: dict[str, Any]) -> str:
         )
         if len(late) > 1:
             what = f"ranks {prose_list([r['rank'] for r in late])} +{secs(late[0]['lateness_ms'] * 1e6)}"
+        if s.get("observer"):
+            what += f"; observer's {s['observer']['part']} timeout"
         parts.append(f"{s['step']} ({what})")
     n = len(ev["steps"])
     head = "one stall: step " if n == 1 else f"{n} stalls: steps "
@@ -223,13 +259,23 @@ def _sentence(ev: dict[str, Any], mode: str) -> str:
         f"Most of this loss ({ev['loss_share']:.0%}) is {'one stall' if n == 1 else f'{n} stalls'}: "
         f"{'; '.join(bits)}. "
     )
-    ranks = sorted({r["rank"] for s in ev["steps"] for r in s["late_ranks"]})
-    where = f"on {named('rank', ranks)}'s host" if ranks else "on the hosts"
-    lead += (
-        f"A one-off like that is not per-step noise: check what happened {where} at that time — a "
-        "checkpoint or other blocking I/O, preemption or a stopped process (SIGSTOP, a debugger), "
-        "swapping, a node event in the system logs. "
-    )
+    observer = [s for s in ev["steps"] if s.get("observer")]
+    if observer and len(observer) == n:
+        o = observer[0]["observer"]
+        lead += (
+            f"{'It matches' if n == 1 else 'They match'} fabricpace's own window {o['part']} timing out "
+            f"({o['setting']} {o['timeout_s']:g} s; manifest.json extra.observer_failures.{o['part']}): "
+            f"most likely the observer's stall, not the job's — check that every rank called observe() "
+            f"with the same settings (window=, gather_lag_steps=), and report it if they did. "
+        )
+    else:
+        ranks = sorted({r["rank"] for s in ev["steps"] for r in s["late_ranks"]})
+        where = f"on {named('rank', ranks)}'s host" if ranks else "on the hosts"
+        lead += (
+            f"A one-off like that is not per-step noise: check what happened {where} at that time — a "
+            "checkpoint or other blocking I/O, preemption or a stopped process (SIGSTOP, a debugger), "
+            "swapping, a node event in the system logs. "
+        )
     steps = _step_words(ev)
     without = ev["severity_without_pct"]
     if ev["reported_without"]:
