@@ -74,6 +74,14 @@ def parse() -> argparse.Namespace:
     p.add_argument("--sleep-ms", type=float, default=0.0, help="sleep per step (slows the job down)")
     p.add_argument("--batch-share", action="store_true",
                    help="the loop asks obs.batch_share(16) every step (so rebalance stays in the policies)")
+    p.add_argument("--late-rank", type=int, default=None, help="this rank sleeps --late-s before observe()")
+    p.add_argument("--late-s", type=float, default=0.0)
+    p.add_argument("--skip-rank", type=int, default=None, help="this rank trains without observe()")
+    p.add_argument("--rank-window", default=None,
+                   help="R:W[:LAG] — rank R passes window=W (and gather_lag_steps=LAG) instead")
+    p.add_argument("--flush-interval", type=float, default=0.0)
+    p.add_argument("--flush-every", type=int, default=2)
+    p.add_argument("--step-log", action="store_true", help="record each step's wall seconds in the JSON")
     return p.parse_args()
 
 
@@ -95,9 +103,16 @@ def main() -> int:
     model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(rank)
-    cfg = ObserverConfig(status_line=False, window=a.window, flush_every=2, flush_interval_s=0,
-                         store_timeout_s=a.store_timeout, gather_timeout_s=a.gather_timeout,
-                         close_timeout_s=a.close_timeout, clock_every=a.clock_every, clock_rounds=3)
+    window, lag = a.window, 2
+    if a.rank_window is not None and int(a.rank_window.split(":")[0]) == rank:
+        parts = [int(v) for v in a.rank_window.split(":")]
+        window, lag = parts[1], parts[2] if len(parts) > 2 else lag
+    cfg = ObserverConfig(status_line=False, window=window, gather_lag_steps=lag, flush_every=a.flush_every,
+                         flush_interval_s=a.flush_interval, store_timeout_s=a.store_timeout,
+                         gather_timeout_s=a.gather_timeout, close_timeout_s=a.close_timeout,
+                         clock_every=a.clock_every, clock_rounds=3)
+    if a.skip_rank == rank:
+        a.no_observe = True
     result: dict = {"rank": rank, "pid": os.getpid(), "restart": os.environ.get("TORCHELASTIC_RESTART_COUNT")}
     if a.slow_rank0_dir and rank == 0:
         logging.getLogger("fabricpace.observe").addHandler(_SlowDirHandler())
@@ -118,9 +133,17 @@ def main() -> int:
             pacing = make_pacer("gc", rank=rank, world_size=dist.get_world_size(), run_dir=None,
                                 window=a.window)
             pacing.pin(PacingState(gc_interval=7 if rank == a.pin_gc_rank else 5))
+        if a.late_rank == rank:
+            time.sleep(a.late_s)
+        t_obs = time.monotonic()
         obs = None if a.no_observe else fabricpace.observe(model, run_dir=a.run_dir or out / "run",
                                                            pacing=pacing, config=cfg)
+        result["observe_s"] = time.monotonic() - t_obs
         result["run_dir"] = None if obs is None else str(obs.run_dir)
+        result["window"] = None if obs is None else [obs.config.window, obs.config.gather_lag_steps]
+        steps_s: list[float] = []
+        result["steps_s"] = steps_s
+        t_train = time.monotonic()
         with obs if obs is not None else _Null():
             for i in range(a.steps):
                 mine = rank == a.rank and i == a.step and (
@@ -130,6 +153,7 @@ def main() -> int:
                     raise UserBoom(f"user error on rank {rank} at step {i}")
                 if a.batch_share and obs is not None:
                     obs.batch_share(16)
+                t_step = time.monotonic()
                 with obs.step(samples=8) if obs is not None else _Null():
                     if mine:
                         _fault(a.fault, out, obs)
@@ -139,9 +163,12 @@ def main() -> int:
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
+                if a.step_log:
+                    steps_s.append(round(time.monotonic() - t_step, 4))
                 if obs is not None and "pacer_off_step" not in result and not obs.pacer.active:
                     result["pacer_off_step"] = i
         result["end"] = "ok"
+        result["train_s"] = time.monotonic() - t_train
     except BaseException as exc:  # record how the rank ended, then exit non-zero
         result["end"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         code = 3

@@ -23,8 +23,9 @@ class ObserverConfig:
     # AND `flush_interval_s` seconds have passed (or `flush_max_steps` steps are buffered): writing a
     # part costs ~1 ms of CPU whatever its size (Parquet's fixed cost), so fast jobs write one part
     # per interval, not per 50 steps. A SIGKILL loses at most the rows since the last part (about
-    # `flush_interval_s`; the interval is checked every `flush_every` steps). The first part is
-    # written after `flush_every` steps regardless of the interval.
+    # `flush_interval_s` plus the step in flight; the interval is checked every `flush_every` steps,
+    # and a timer thread asks for a part at the next step end when steps are long). The first part
+    # is written after `flush_every` steps regardless of the interval.
     flush_every: int = 50
     flush_interval_s: float = 15.0
     flush_max_steps: int = 5000

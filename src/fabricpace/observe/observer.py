@@ -161,6 +161,10 @@ class Observer:
         self._wrapper: Any = None
         self._metrics: Any = None
         self._clock_jobs: queue.Queue[int | None] | None = None
+        # Set by the flush timer thread once flush_interval_s passed without a part, with
+        # _next_event = 0: the next step end flushes however long steps are (no per-step cost).
+        self._flush_due = False
+        self._flush_stop: threading.Event | None = None
         self._clock_thread: threading.Thread | None = None
         self._ctx = StepContext(self)
         self._rank_row: dict[str, Any] = {}
@@ -196,6 +200,7 @@ class Observer:
         except Exception as exc:  # the job must not notice: switch everything off
             self.guard.fail("observer", exc)
             self._switch_off()
+            self._next_event = 1 << 62  # and no window or flush work follows (one compare per step)
 
     # ------------------------------------------------------------------ start
     def _start(self, model: Any, pacing: Any, metrics_port: int | None, comm_hook: Any,
@@ -204,9 +209,15 @@ class Observer:
         if self.distributed:
             import torch.distributed as dist
 
+            # Every rank must reach the start before anyone makes the group: a rank that came after
+            # its peers gave up would block in gloo's connect to them (~110 s), so it reads "off"
+            # from the Store instead, at once (startup.start_gate).
+            shared = job_store()
+            if shared is not None:
+                startup.start_gate(shared, rank=self.rank, world=self.world, session=self._session,
+                                   timeout_s=cfg.gather_timeout_s)
             # A private gloo group with its own timeout: window gathers can never hang training
-            # (and on NCCL jobs they stay off the GPU). First, as before: every rank reaches it
-            # (a rank whose observer failed earlier would leave the others in it).
+            # (and on NCCL jobs they stay off the GPU).
             self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.gather_timeout_s))
             # No observer records the collectives on it (its start-up agreement, its window gathers),
             # and this one issues its gathers through the original function whatever is installed.
@@ -229,7 +240,13 @@ class Observer:
             self.run_dir = Path(info["run_dir"])  # rank 0's (its default name has its start time)
             self.t0 = int(info["t0"])  # rank 0's clock; aligned time = local - offset - t0
         if self.distributed:
-            self.run_dir = startup.agreed_dir(self.run_dir, self.rank, self._group)
+            # window and gather_lag_steps must be the same everywhere (a rank gathering at another
+            # step held every rank for gather_timeout_s): agreed on the same all-reduce.
+            self.run_dir, agreed = startup.agreed_dir(self.run_dir, self.rank, self._group,
+                                                      (cfg.window, cfg.gather_lag_steps))
+            if agreed is not None:
+                self._use_rank0_settings(*agreed)
+                cfg = self.config
         self.base_ns = self.t0
         if self.distributed:
             self._clock_sync = align.ClockSync(self.channel, rank=self.rank, world=self.world,
@@ -285,7 +302,26 @@ class Observer:
                 target=self._clock_loop, name="fabricpace-clock", daemon=True
             )
             self._clock_thread.start()
+        if cfg.flush_interval_s > 0:
+            self._flush_stop = threading.Event()
+            threading.Thread(target=self._flush_timer, args=(cfg.flush_interval_s, self._flush_stop),
+                             name="fabricpace-flush-timer", daemon=True).start()
         self.recording = True
+
+    def _use_rank0_settings(self, window: int, lag: int) -> None:
+        """The ranks passed different ``window=``/``gather_lag_steps``: every rank takes rank 0's
+        (rank 0 says so once), so the window gathers still meet at the same step."""
+        from dataclasses import replace
+
+        cfg = self.config
+        if self.rank == 0:
+            LOG.warning("fabricpace observer: ranks passed different window= or gather_lag_steps= "
+                        "values; every rank uses rank 0's (window=%d, gather_lag_steps=%d)", window, lag)
+        elif (cfg.window, cfg.gather_lag_steps) != (window, lag):
+            LOG.info("fabricpace observer (rank %d): window=%d, gather_lag_steps=%d replaced by rank 0's "
+                     "(%d, %d)", self.rank, cfg.window, cfg.gather_lag_steps, window, lag)
+        self.config = replace(cfg, window=window, gather_lag_steps=lag)
+        self._next_window = window
 
     def _joined(self, why: str = "joined (DDP Join)") -> None:
         """This rank's inputs ran out under DDP's ``Join`` (or ``why``): it starts no more window
@@ -442,7 +478,8 @@ class Observer:
         """Between-step work that is due: flush a chunk, collect a gather, close a window."""
         n = self._ended
         cfg = self.config
-        if n >= self._next_flush_check:
+        if n >= self._next_flush_check or self._flush_due:
+            self._flush_due = False
             if self.recording and (n - self._chunk_start >= cfg.flush_max_steps
                                    or time.monotonic() - self._last_flush >= cfg.flush_interval_s):
                 try:
@@ -462,7 +499,24 @@ class Observer:
         nxt = min(self._next_flush_check, self._next_window)
         if self._pending_gather is not None:
             nxt = min(nxt, self._gather_due)
-        self._next_event = max(nxt, n + 1)
+        self._next_event = n + 1 if self._flush_due else max(nxt, n + 1)
+
+    def _flush_timer(self, interval: float, stop: threading.Event) -> None:
+        """Ask for a flush at the next step end once ``interval`` passed since the last part: the
+        step-count check alone wrote nothing for ``flush_every`` steps, which with 10 s steps was
+        500 s of rows lost to a SIGKILL. Wakes about once per interval; never touches the rows."""
+        start = time.monotonic()
+        while True:
+            last = self._last_flush
+            pause = (start if last == float("-inf") else last) + interval - time.monotonic()
+            if pause > 0:
+                if stop.wait(min(pause, 3600.0)):
+                    return
+                continue
+            self._flush_due = True
+            self._next_event = 0
+            if stop.wait(min(interval, 3600.0)):
+                return
 
     def _end_failed_step(self, exc_type: Any = None) -> None:
         """The user's step raised. No window gather starts now — the peers may never reach it (they
@@ -776,6 +830,9 @@ class Observer:
             self._metrics = None
 
     def _stop_threads(self) -> None:
+        if self._flush_stop is not None:
+            self._flush_stop.set()
+            self._flush_stop = None
         if self._clock_jobs is not None and self._clock_thread is not None:
             self._clock_jobs.put(None)
             self._clock_thread.join(self.config.close_timeout_s)

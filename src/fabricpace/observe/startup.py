@@ -106,19 +106,69 @@ def fresh_dir(path: Path, rank: int = 0) -> Path:
     return candidate
 
 
-def agreed_dir(path: Path, rank: int, group: Any) -> Path:
+def start_gate(store: Any, *, rank: int, world: int, session: int, timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) until every rank has reached the observer's start, before the
+    private gloo group is made; raise when the start is given up, on every rank alike.
+
+    Without it a rank that arrived after its peers gave up (they waited ``timeout_s`` in
+    ``new_group``) blocked about 110 s in gloo's full-mesh connect to peers that had left. One
+    decision per start, taken once on the job's Store with ``compare_set``: the last rank to arrive
+    writes "on", a rank whose wait ran out writes "off"; whichever comes first holds for every rank,
+    so a late rank reads "off" at once and costs no more than its lateness. Keys are under the
+    torchrun restart count and the observer session (as ``sidechannel.session_token``)."""
+    from datetime import timedelta
+
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = f"fabricpace-observer/gate/{restart}/{session}"
+    arrived = int(store.add(f"{key}/arrived", 1))
+    gave_up = False
+    if arrived >= world:
+        decision = bytes(store.compare_set(f"{key}/go", "", "on"))
+    else:
+        try:
+            store.wait([f"{key}/go"], timedelta(seconds=timeout_s))
+            decision = bytes(store.get(f"{key}/go"))
+        except Exception:  # the wait ran out: give the start up for every rank (unless just decided)
+            decision = bytes(store.compare_set(f"{key}/go", "", "off"))
+            gave_up = True
+    if decision == b"on":
+        return
+    if gave_up:
+        missing = max(world - int(store.add(f"{key}/arrived", 0)), 1)
+        raise RuntimeError(f"{missing} of {world} rank(s) had not reached observe() after gather_timeout_s "
+                           f"({timeout_s:g} s); the observer is off on every rank")
+    raise RuntimeError(f"this rank reached observe() after its peers gave up waiting for it "
+                       f"(gather_timeout_s {timeout_s:g} s); the observer is off on every rank")
+
+
+def agreed_dir(path: Path, rank: int, group: Any,
+               settings: tuple[int, ...] = ()) -> tuple[Path, tuple[int, ...] | None]:
     """The first sibling of ``path`` that every rank of ``group`` may write into (``taken``), agreed
     with two small all-reduces over the observer's gloo group: on a shared file system that is
     rank 0's choice; on per-node disks a node whose own disk already holds rows of its ranks in
-    rank 0's choice moves every rank on, instead of overwriting them."""
+    rank 0's choice moves every rank on, instead of overwriting them.
+
+    ``settings`` (non-negative integers that must be equal on every rank: ``window``,
+    ``gather_lag_steps``) ride on the first all-reduce: the second item returned is None when every
+    rank passed the same, else rank 0's values (the caller uses them and says so)."""
     import torch
     import torch.distributed as dist
 
+    k = len(settings)
+    # MAX of (v, -v) gives the largest and smallest value; rank 0's own values beat everyone's -1.
+    mine = [*settings, *(-v for v in settings), *(settings if rank == 0 else (-1,) * k)]
     n = 0
+    agreed: tuple[int, ...] | None = None
+    first = True
     while True:
-        proposal = torch.tensor([first_free(path, rank, n)], dtype=torch.int64)
+        proposal = torch.tensor([first_free(path, rank, n), *(mine if first else ())], dtype=torch.int64)
         dist.all_reduce(proposal, op=dist.ReduceOp.MAX, group=group)
-        n = int(proposal.item())
+        values = [int(v) for v in proposal.tolist()]
+        n = values[0]
+        if first and k:
+            high, low, rank0 = values[1:1 + k], [-v for v in values[1 + k:1 + 2 * k]], values[1 + 2 * k:]
+            agreed = None if high == low else tuple(rank0)
+        first = False
         ok = torch.tensor([0 if taken(sibling(path, n), rank) else 1], dtype=torch.int64)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
         if int(ok.item()):
@@ -127,7 +177,7 @@ def agreed_dir(path: Path, rank: int, group: Any) -> Path:
     if n and rank == 0:
         LOG.warning("fabricpace observer: %s is taken (not empty, a file or a broken link, or holding "
                     "rows of some rank on its node); writing this run to %s", path, sibling(path, n))
-    return sibling(path, n)
+    return sibling(path, n), agreed
 
 
 def workload(model: Any) -> dict[str, Any]:
