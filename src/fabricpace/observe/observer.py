@@ -206,6 +206,12 @@ class Observer:
     def _start(self, model: Any, pacing: Any, metrics_port: int | None, comm_hook: Any,
                wrap_collectives: bool, event_source: Any) -> None:
         cfg = self.config
+        # The chunk writer's first part made pyarrow import numpy.ma (pa.array(mask=...)): ~20-40 ms
+        # of the GIL and the import lock on the writer thread, at the step that also closes the
+        # first window, on every rank (step 50 took 100-180 ms extra in loaded gloo runs). Here it
+        # costs start-up time instead.
+        import numpy.ma  # noqa: F401
+
         if self.distributed:
             import torch.distributed as dist
 
