@@ -20,6 +20,7 @@ def _observer_like(
 ) -> Path:
     """``ranks`` ranks writing parts of ``per_part`` steps, two buckets a step; rank ``late`` counts
     every collective one step later than the others."""
+    tmp_path.mkdir(parents=True, exist_ok=True)  # write_manifest never creates a run directory
     write_manifest(tmp_path, Manifest(source="observer", world_size=ranks, nodes=1, gpus_per_node=ranks))
     for r in range(ranks):
         w = ChunkWriter(tmp_path, "collectives", r)

@@ -4,8 +4,9 @@ The main thread hands over finalized columns (numpy arrays, ``recorder.Colls`` a
 ``RoundsBlock``s, expanded to rows here) together with the time base of the moment; a daemon thread
 converts them to the run-directory tables (times on the aligned timeline) and writes
 each as one atomic part (``run.writer.write_table_atomic``: temp file + rename), so a SIGKILL at any
-instant leaves only complete chunks. Any write failure (disk full, read-only directory) is logged
-once and turns writing off; recording, window summaries and training carry on.
+instant leaves only complete chunks. Any write failure (disk full, read-only directory, a run
+directory removed while the job runs: it is created when the sink starts and never re-created) is
+logged once and turns writing off; recording, window summaries and training carry on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fabricpace.observe._guard import Guard
 from fabricpace.observe.recorder import merge_parts
 from fabricpace.run.schema import TABLES
 from fabricpace.run.window import WINDOW_FIELDS
-from fabricpace.run.writer import write_table_atomic
+from fabricpace.run.writer import RunRoot, write_table_atomic
 
 
 def _table(name: str, columns: dict[str, Any]) -> pa.Table:
@@ -138,6 +139,13 @@ class ChunkSink:
         self.run_dir = run_dir
         self.rank = rank
         self.guard = guard
+        # The run directory is created here, at the start, and never again: a removed one turns
+        # writing off instead of coming back with the rest of the run and a manifest calling it complete.
+        self.root = RunRoot(run_dir)
+        try:
+            self.root.start()
+        except Exception as exc:  # read-only, a file in the way: recording goes on without writing
+            guard.fail("writing", exc)
         self.parts = dict.fromkeys(_BUILDERS, 0)
         self.rows_written = dict.fromkeys(_BUILDERS, 0)
         self._queue: queue.Queue[Any] | None = None
@@ -173,7 +181,7 @@ class ChunkSink:
                     continue
                 table = _BUILDERS[name](self.rank, rows, base_ns)
                 path = self.run_dir / name / f"rank-{self.rank:05d}" / f"part-{self.parts[name]:06d}.parquet"
-                write_table_atomic(path, table)
+                write_table_atomic(path, table, root=self.root)
                 self.parts[name] += 1
                 self.rows_written[name] += len(rows)
         except Exception as exc:  # disk full, read-only, removed directory: stop writing, keep training

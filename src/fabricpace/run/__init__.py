@@ -15,7 +15,7 @@ from fabricpace.run.schema import (
     STEP_COLUMNS,
 )
 from fabricpace.run.window import WINDOW_FIELDS, WindowSummary
-from fabricpace.run.writer import ChunkWriter, RunWriter, write_table_atomic
+from fabricpace.run.writer import ChunkWriter, RunRoot, RunWriter, write_table_atomic
 
 __all__ = [
     "COLLECTIVE_COLUMNS",
@@ -28,6 +28,7 @@ __all__ = [
     "ChunkWriter",
     "Manifest",
     "RunData",
+    "RunRoot",
     "RunWriter",
     "WindowSummary",
     "load_run",

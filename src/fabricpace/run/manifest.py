@@ -47,13 +47,39 @@ class Manifest:
         return asdict(self)
 
 
+def run_dir_gone(
+    run_dir: str | os.PathLike[str], *, replaced: bool = False, seen: bool = False
+) -> RunDirError:
+    """The error of a write into a run directory that is no longer there (never re-created).
+    ``seen``: the writer had it (a ``RunRoot`` it started), so it was certainly removed."""
+    if replaced:
+        what = "was replaced (or turned into a file) while the run was writing it"
+    elif seen:
+        what = "is gone (removed while the run was writing it)"
+    else:
+        what = "does not exist (removed while the run was writing it, or never created)"
+    return RunDirError(
+        f"{run_dir}: the run directory {what}; it is not re-created, rows from now on are not written "
+        "(the rows still there, if any, are incomplete)"
+    )
+
+
 def write_manifest(run_dir: str | os.PathLike[str], manifest: Manifest) -> Path:
-    """Write manifest.json atomically (temp file + rename)."""
-    path = Path(run_dir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write manifest.json atomically (temp file + rename) into ``run_dir``, which must exist: a run
+    directory removed while the run wrote it is not re-created (RunDirError), so that no manifest
+    saying ``complete: true`` stands beside rows that were lost."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise run_dir_gone(run_dir)
+    path = run_dir / MANIFEST
     tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(manifest.to_dict(), indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except FileNotFoundError:  # removed between the check and the write
+        if not run_dir.is_dir():
+            raise run_dir_gone(run_dir) from None
+        raise
     return path
 
 
