@@ -93,3 +93,30 @@ def test_the_writers_lazy_import_is_paid_at_start_not_at_the_first_window(tmp_pa
             "print(before, 'numpy.ma' in m); o.close()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+
+
+def test_a_taken_metrics_port_is_named_and_a_run_that_wrote_nothing_says_so_at_close(tmp_path, caplog):
+    # Audit finding 11: 'metrics disabled ... (OSError: [Errno 98] Address already in use)' did not
+    # say which port; a run whose directory could not be written said so once at start, then exited
+    # 0 with obs.run_dir naming a directory that held nothing.
+    import logging
+    import socket
+
+    import fabricpace
+    from fabricpace.observe import ObserverConfig
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with caplog.at_level(logging.WARNING, logger="fabricpace.observe"):
+            obs = fabricpace.observe(None, run_dir="/proc/fabricpace-not-writable/run", metrics_port=port,
+                                     config=ObserverConfig(flush_mode="main", window=5, status_line=False))
+            for _ in range(12):
+                with obs.step():
+                    pass
+            obs.close()
+    metrics = obs.failures["metrics"]
+    assert f"127.0.0.1:{port}" in metrics and "Address already in use" in metrics, metrics
+    lines = [r.getMessage() for r in caplog.records if "nothing was written" in r.getMessage()]
+    assert len(lines) == 1 and "/proc/fabricpace-not-writable" in lines[0], lines

@@ -788,6 +788,13 @@ class Observer:
             drained = self.sink.close(self.config.close_timeout_s) if hasattr(self, "sink") else True
             if not drained:
                 self.guard.fail("writing", "writer did not drain within close_timeout_s")
+            sink = getattr(self, "sink", None)
+            if sink is not None and not sink.enabled and not any(sink.parts.values()):
+                # A read-only or full disk from the start: one line per rank said so at start, and the
+                # run exited 0 with obs.run_dir naming a directory that holds nothing of this rank.
+                LOG.warning("fabricpace observer (rank %d): nothing was written to %s: writing was off "
+                            "before the first part (%s)", self.rank, self.run_dir,
+                            self.guard.failed.get("writing", "unknown reason"))
         except Exception as exc:
             self.guard.fail("close", exc)
         self._switch_off()

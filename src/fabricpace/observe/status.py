@@ -112,7 +112,11 @@ class Metrics:
                 ("last_arrivals", "collectives in the window where the rank arrived last"),
             )
         }
-        server = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        try:
+            server = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        except OSError as exc:  # the port is named: "Address already in use" alone did not say which
+            raise OSError(exc.errno, f"cannot serve metrics on 127.0.0.1:{port}: {exc.strerror or exc} "
+                                     "(pass another metrics_port=, or None)") from None
         self._server: Any = server[0] if isinstance(server, tuple) else None
 
     def update(self, stats: dict[str, float], summaries: Sequence[WindowSummary]) -> None:
