@@ -1,11 +1,13 @@
 """The run directory: the one data format every part of fabricpace reads and writes.
 
 See ``schema`` for the column contract, ``writer`` for crash-safe chunked writing and ``reader``
-for loading a directory (with a report of what is missing or truncated).
+for loading a directory (with a report of what is missing or truncated), ``coverage`` for the steps
+every rank covers.
 """
 
+from fabricpace.run.coverage import Coverage
 from fabricpace.run.manifest import Manifest, read_manifest, write_manifest
-from fabricpace.run.reader import RunData, load_run
+from fabricpace.run.reader import RunData, common_steps, load_run
 from fabricpace.run.schema import (
     COLLECTIVE_COLUMNS,
     OPS_COLUMNS,
@@ -26,11 +28,13 @@ __all__ = [
     "STEP_COLUMNS",
     "WINDOW_FIELDS",
     "ChunkWriter",
+    "Coverage",
     "Manifest",
     "RunData",
     "RunRoot",
     "RunWriter",
     "WindowSummary",
+    "common_steps",
     "load_run",
     "read_manifest",
     "write_manifest",

@@ -3,6 +3,11 @@
 ``load_run`` reads whole tables (or some tables / a range of steps); ``StepChunks`` reads one chunked
 table a few steps at a time, for tables too large to hold (the collectives of a large run), keeping
 instances that span a chunk boundary whole.
+
+Both compare ranks over the same steps: where ranks' rows cover different steps (a lost or unreadable
+part, a rank that stopped early, a rank folder that is a file), the steps some rank lacks are left
+out for every rank (``coverage.step_coverage``; ``all_steps=True`` reads them anyway) and
+``load_run`` says which, in ``RunData.warnings``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fabricpace._errors import RunDirError
+from fabricpace.run.coverage import Coverage, read_footer, step_coverage
 from fabricpace.run.manifest import Manifest, read_manifest
 from fabricpace.run.schema import TABLES
 
@@ -34,10 +40,17 @@ class RunData:
     ops: pl.DataFrame
     pacing: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    # Which steps every rank covers and which were left out for all (None: not computed).
+    coverage: Coverage | None = None
 
     @property
     def world_size(self) -> int:
         return int(self.manifest.world_size)
+
+    @property
+    def common_steps(self) -> tuple[int, int] | None:
+        """First and last step every rank covers (``coverage.excluded`` lists any gap between)."""
+        return self.coverage.common if self.coverage is not None else None
 
 
 def _empty(name: str) -> pl.DataFrame:
@@ -136,18 +149,57 @@ def _read_parts(
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def _rank_ids(path: Path, frame: pl.DataFrame | None) -> list[int]:
+    """The ranks ranks.parquet lists (from the loaded frame, else its rank column)."""
+    if frame is None:
+        single = path / "ranks.parquet"
+        if not single.is_file():
+            return []
+        try:
+            frame = pl.from_arrow(pq.read_table(single, columns=["rank"]))  # type: ignore[assignment]
+        except (OSError, pa.ArrowInvalid, KeyError, pl.exceptions.PolarsError):
+            return []
+    assert isinstance(frame, pl.DataFrame)
+    if frame.height == 0 or "rank" not in frame.columns:
+        return []
+    return [int(r) for r in frame["rank"].drop_nulls().unique().to_list()]
+
+
+def run_coverage(path: Path, manifest: Manifest | None = None, ranks: pl.DataFrame | None = None) -> Coverage:
+    """``step_coverage`` of a run directory, with the ranks of its ranks.parquet and its manifest."""
+    if manifest is None:
+        try:
+            manifest = read_manifest(path)
+        except RunDirError:
+            manifest = None
+    extra = manifest.extra if manifest is not None and isinstance(manifest.extra, dict) else None
+    return step_coverage(path, ranks=_rank_ids(path, ranks), extra=extra)
+
+
+def common_steps(run_dir: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """First and last step that every rank of ``run_dir`` covers in its steps and collectives
+    (``run_coverage(...).excluded`` lists steps left out between them); None when none is left."""
+    return run_coverage(Path(run_dir)).common
+
+
 def load_run(
     run_dir: str | os.PathLike[str],
     *,
     tables: Collection[str] | None = None,
     step_range: tuple[int, int] | None = None,
+    all_steps: bool = False,
 ) -> RunData:
     """Load RUN_DIR. Raises RunDirError when it is not a run directory; truncation becomes warnings.
 
     ``tables``: read only these (the others come back empty). A study needs only ``steps``; the
     ``collectives`` table has one row per rank, collective and step (372 M rows for 64 nodes x 8 GPUs,
     913 buckets and 800 steps), which read eagerly does not fit in memory. ``step_range`` (first,
-    last): only those steps' rows of the tables that have a step column."""
+    last): only those steps' rows of the tables that have a step column.
+
+    Where ranks cover different steps (``coverage.step_coverage``: lost parts, a rank that stopped
+    early, a rank without rows) the steps some rank lacks are left out of the steps, collectives and
+    ops of every rank (a rank without collectives rows: the whole collectives table), and a warning
+    says which; ``all_steps=True`` keeps them (the warnings stay)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory; pass a run directory written by fabricpace")
@@ -174,7 +226,13 @@ def load_run(
     for name in ("ranks", "steps"):
         if (tables is None or name in tables) and frames[name].height == 0:
             warnings.append(f"{path}: no {name} rows")
-    return RunData(path=path, manifest=manifest, warnings=warnings, **frames)
+    loaded_ranks = frames["ranks"] if tables is None or "ranks" in tables else None
+    coverage = run_coverage(path, manifest, loaded_ranks)
+    warnings += coverage.warnings
+    if not all_steps and coverage.restricts:
+        for name in ("steps", "collectives", "ops"):
+            frames[name] = coverage.apply(frames[name], name)
+    return RunData(path=path, manifest=manifest, warnings=warnings, coverage=coverage, **frames)
 
 
 def _held(frame: pl.DataFrame, keys: list[str], after: int) -> pl.Series | None:
@@ -216,20 +274,6 @@ class _Piece:
     last: int
 
 
-def _step_bounds(pf: pq.ParquetFile, rg: int, col: int) -> tuple[int, int] | None:
-    """(min, max) step of a row group: its statistics, else its step column read (8 bytes a row)."""
-    stats = pf.metadata.row_group(rg).column(col).statistics
-    if stats is not None and stats.has_min_max and stats.null_count == 0:
-        return int(stats.min), int(stats.max)
-    steps = pf.read_row_group(rg, columns=["step"]).column("step").drop_null()
-    if len(steps) == 0:
-        return None
-    import pyarrow.compute as pc
-
-    mm = pc.min_max(steps)
-    return int(mm["min"].as_py()), int(mm["max"].as_py())
-
-
 class StepChunks:
     """A chunked table (``collectives``, ``steps``, ``ops``) read a few steps at a time.
 
@@ -249,7 +293,9 @@ class StepChunks:
     two chunks and can retry with a larger ``carry_steps``).
 
     ``columns``: read only these; ``categorical``: string columns as polars categoricals (cheaper to
-    read and group by) instead of plain strings as ``load_run`` gives them.
+    read and group by) instead of plain strings as ``load_run`` gives them. As ``load_run``, it leaves
+    out the steps some rank lacks (``coverage``) unless ``all_steps``; the warnings about them are
+    ``load_run``'s (``coverage.warnings``), not in ``warnings``, which names unreadable parts only.
     """
 
     def __init__(
@@ -259,6 +305,7 @@ class StepChunks:
         *,
         columns: Collection[str] | None = None,
         categorical: bool = False,
+        all_steps: bool = False,
     ) -> None:
         if table not in TABLES or not TABLES[table][1] or "step" not in TABLES[table][0].names:
             raise ValueError(f"StepChunks: {table!r} is not a chunked table with a step column")
@@ -272,22 +319,21 @@ class StepChunks:
         files = part_files(self.path / table, self.warnings)
         for f in files:
             try:
-                pf = pq.ParquetFile(f)
-                check_schema(f, pf.schema_arrow, table)
-                paths = [pf.metadata.schema.column(i).path for i in range(pf.metadata.num_columns)]
-                self._names[f] = tuple(pf.schema_arrow.names)
-                col = paths.index("step") if "step" in paths else -1
-                if col < 0:
+                foot = read_footer(f)
+                check_schema(f, foot.schema, table)
+                self._names[f] = tuple(foot.schema.names)
+                if not foot.has_step:
                     self.warnings.append(f"{f}: no step column; chunk skipped")
                     continue
-                for rg in range(pf.metadata.num_row_groups):
-                    n = pf.metadata.row_group(rg).num_rows
-                    bounds = _step_bounds(pf, rg, col) if n else None
-                    if bounds is not None:
-                        lo, hi = bounds
+                for rg, (n, lo, hi) in enumerate(foot.groups):
+                    if n and lo is not None and hi is not None:
                         self.pieces.append(_Piece(file=f, row_group=rg, rows=n, first=lo, last=hi))
             except (OSError, pa.ArrowInvalid) as exc:
                 self.warnings.append(f"{f}: unreadable chunk skipped ({exc})")
+        self.coverage = run_coverage(self.path)
+        self._keep = None if all_steps or not self.coverage.restricts else self.coverage
+        if self._keep is not None and table in self.coverage.dropped:
+            self.pieces = []  # a rank has no rows here: the table is left out (load_run says so)
 
     @property
     def rows(self) -> int:
@@ -337,6 +383,8 @@ class StepChunks:
                         frames.append(self._scan([f], in_range))
                     except _UNREADABLE as exc:
                         self.warnings.append(f"{f}: unreadable chunk skipped ({exc})")
+        if self._keep is not None:
+            frames = [self._keep.apply(f, self.table) for f in frames]
         frames = [f for f in frames if f.height]
         if not frames:
             empty = _empty(self.table)
