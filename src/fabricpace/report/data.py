@@ -15,6 +15,7 @@ per instance and one per rank-step, so the report of a run of any size fits in m
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -106,6 +107,7 @@ _WAIT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "skew_wait_ns": pl.Int64}
 _ROWS_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "a": pl.Int64, "b": pl.Int64, "x": pl.Int64}
 _UNION_SCHEMA = {**_WAIT_SCHEMA, "first_ns": pl.Int64, "last_ns": pl.Int64}
 _NO_CUT = np.iinfo(np.int64).min
+_SLICE_ROWS = 1 << 20  # rows cut and joined at a time (``skew_waits``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,29 +157,59 @@ def _chunk_rows(c: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return inst, rows
 
 
-def _lex_sorted(keys: list[np.ndarray]) -> bool:
-    """Rows in non-decreasing lexicographic order of ``keys``."""
-    ahead = np.zeros(keys[0].size - 1, dtype=bool)
-    tied = np.ones(keys[0].size - 1, dtype=bool)
-    for k in keys:
-        ahead |= tied & (k[1:] > k[:-1])
-        tied &= k[1:] == k[:-1]
-    return bool((ahead | tied).all())
+def _unique_pairs(rank: np.ndarray, step: np.ndarray) -> bool:
+    """No (rank, step) twice: the runs of equal rank-steps found in the rows are whole rank-steps."""
+    if rank.size < 2:
+        return True
+    r = rank.astype(np.int64)
+    lo = int(r.min())
+    key = step.astype(np.int64) * (int(r.max()) - lo + 1) + (r - lo)
+    return bool(np.unique(key).size == key.size)
 
 
-def block_frame(steps: pl.DataFrame) -> pl.DataFrame | None:
-    """rank, step, wait_ns, comm_ns of the steps table (None without a wait column): what the skew
-    wait is cut to (``skew_waits``)."""
+@dataclass(frozen=True)
+class Blocked:
+    """Per rank-step of the steps table: the blocked time (``wait_ns``) and the time collectives were
+    in flight (``comm_ns``), for ``skew_waits`` (looked up by a sorted key, not joined per chunk)."""
+
+    frame: pl.DataFrame  # rank, step, wait_ns, comm_ns (nulls where unknown)
+    width: int  # key = step · width + rank
+    keys: np.ndarray  # sorted
+    wait: np.ndarray  # ns, -1 where unknown
+    comm: np.ndarray  # ns, -1 where unknown
+
+    def lookup(self, rank: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(wait, comm) of these rank-steps; -1 where the steps table has no row or no value."""
+        if self.keys.size == 0:
+            return np.full(rank.size, -1, dtype=np.int64), np.full(rank.size, -1, dtype=np.int64)
+        rank = rank.astype(np.int64)
+        key = step.astype(np.int64) * self.width + rank
+        i = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
+        hit = (rank >= 0) & (rank < self.width) & (self.keys[i] == key)
+        return np.where(hit, self.wait[i], -1), np.where(hit, self.comm[i], -1)
+
+
+def block_frame(steps: pl.DataFrame) -> Blocked | None:
+    """The steps table's blocked and in-flight times per rank-step (None without a wait column): what
+    the skew wait is cut to (``skew_waits``)."""
     if steps.height == 0 or "wait_ns" not in steps.columns:
         return None
     comm = pl.col("comm_ns") if "comm_ns" in steps.columns else pl.lit(None)
-    return steps.select(
+    frame = steps.select(
         pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64),
         pl.col("wait_ns").cast(pl.Int64), comm.cast(pl.Int64).alias("comm_ns"),
-    ).unique(["rank", "step"], keep="first")
+    ).drop_nulls(["rank", "step"]).unique(["rank", "step"], keep="first")
+    ok = frame.filter(pl.col("rank") >= 0)
+    width = int(ok["rank"].cast(pl.Int64).to_numpy().max()) + 1 if ok.height else 1
+    ok = ok.with_columns((pl.col("step") * width + pl.col("rank")).alias("key")).sort("key")
+    return Blocked(
+        frame=frame, width=width, keys=ok["key"].to_numpy(),
+        wait=ok["wait_ns"].fill_null(-1).clip(lower_bound=-1).to_numpy(),
+        comm=ok["comm_ns"].fill_null(-1).clip(lower_bound=-1).to_numpy(),
+    )
 
 
-def skew_waits(rows: pl.DataFrame, block: pl.DataFrame | None) -> pl.DataFrame:
+def skew_waits(rows: pl.DataFrame, block: Blocked | None) -> pl.DataFrame:
     """rank, step, skew_wait_ns, first_ns, last_ns: per rank-step, the time the rank was *blocked*
     before its last peer arrived.
 
@@ -195,42 +227,49 @@ def skew_waits(rows: pl.DataFrame, block: pl.DataFrame | None) -> pl.DataFrame:
     rs = ["rank", "step"]
     if rows.height == 0:
         return pl.DataFrame(schema=_UNION_SCHEMA)
-    if block is not None:
-        keys = [rows["rank"].to_numpy(), rows["step"].to_numpy()]
-        if not (_lex_sorted(keys) or _lex_sorted(keys[::-1])):  # rank-steps not contiguous: sort
-            rows = rows.sort([*rs, "a"])
-            keys = [rows["rank"].to_numpy(), rows["step"].to_numpy()]
-        new_group = (keys[0][1:] != keys[0][:-1]) | (keys[1][1:] != keys[1][:-1])
-        starts = np.concatenate(([0], np.flatnonzero(new_group) + 1))
-        gid = np.concatenate(([0], np.cumsum(new_group)))  # each row's rank-step, 0, 1, ...
-        del new_group
-        xs = rows["x"]
-        x = (xs.fill_null(_NO_CUT) if xs.null_count() else xs).to_numpy()
-        groups = pl.DataFrame({
-            "rank": rows["rank"].gather(starts), "step": rows["step"].gather(starts),
-            "tx": np.maximum.reduceat(x, starts),
-        }).join(block, on=rs, how="left", maintain_order="left")
-        del x, starts
-        cut = (
-            pl.when((pl.col("comm_ns") > pl.col("wait_ns")) & (pl.col("tx") > _NO_CUT))
-            .then(pl.col("tx") - pl.col("wait_ns").clip(lower_bound=0))
-            .otherwise(_NO_CUT)
-        )
-        a = groups.select(cut.alias("c"))["c"].to_numpy()[gid]  # the rank-step's cut, per row
-        del gid
-        np.maximum(a, rows["a"].to_numpy(), out=a)
-        b = np.maximum(rows["b"].to_numpy(), a)
-        rows = pl.DataFrame({"rank": rows["rank"], "step": rows["step"], "a": a, "b": b})
+    if block is None:
+        return _union(rows)
+    n = rows.height
+    rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy()
+    starts = np.concatenate(([0], np.flatnonzero((rank[1:] != rank[:-1]) | (step[1:] != step[:-1])) + 1))
+    if not _unique_pairs(rank[starts], step[starts]):  # rank-steps not contiguous: sort them
+        rows = rows.sort([*rs, "a"])
+        rank, step = rows["rank"].to_numpy(), rows["step"].to_numpy()
+        starts = np.concatenate(([0], np.flatnonzero((rank[1:] != rank[:-1]) | (step[1:] != step[:-1])) + 1))
+    xs = rows["x"]
+    tx = np.maximum.reduceat((xs.fill_null(_NO_CUT) if xs.null_count() else xs).to_numpy(), starts)
+    wait, comm = block.lookup(rank[starts], step[starts])
+    cuts = np.where((wait >= 0) & (comm > wait) & (tx > _NO_CUT), tx - np.maximum(wait, 0), _NO_CUT)
+    counts = np.diff(np.append(starts, n))
+    a_all, b_all = rows["a"].to_numpy(), rows["b"].to_numpy()
+    # Cut and joined a slice of whole rank-steps at a time: the cut intervals of a 4 M-row chunk at
+    # once cost 100 MB more than the report took before.
+    first_group = np.unique(np.searchsorted(starts, np.arange(0, n, _SLICE_ROWS), side="right") - 1)
+    bounds = [*first_group.tolist(), len(starts)]
+    parts = []
+    for g0, g1 in itertools.pairwise(bounds):
+        lo = int(starts[g0])
+        hi = int(starts[g1]) if g1 < len(starts) else n
+        a = np.repeat(cuts[g0:g1], counts[g0:g1])  # the rank-step's cut, per row
+        np.maximum(a, a_all[lo:hi], out=a)
+        b = np.maximum(b_all[lo:hi], a)
+        part = pl.DataFrame({"rank": rows["rank"][lo:hi], "step": rows["step"][lo:hi], "a": a, "b": b})
         del a, b
-    out = interval_union(rows.select(*rs, "a", "b"), rs).rename({"wait_ns": "skew_wait_ns"})
+        parts.append(_union(part))
+    return pl.concat(parts)
+
+
+def _union(rows: pl.DataFrame) -> pl.DataFrame:
+    out = interval_union(rows.select("rank", "step", "a", "b"), ["rank", "step"])
     return out.select(
-        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64), pl.col("skew_wait_ns").cast(pl.Int64),
+        pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64),
+        pl.col("wait_ns").cast(pl.Int64).alias("skew_wait_ns"),
         pl.col("first_ns").cast(pl.Int64), pl.col("last_ns").cast(pl.Int64),
     )
 
 
 def _chunk_stats(
-    c: pl.DataFrame, block: pl.DataFrame | None = None
+    c: pl.DataFrame, block: Blocked | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Instances and rank-step skew waits (``skew_waits``) of a frame of whole instances."""
     inst, rows = _chunk_rows(c)
@@ -309,7 +348,8 @@ def collective_stats(
     )
     if block is not None:
         w = pl.col("wait_ns")
-        wait = wait.join(block.select("rank", "step", "wait_ns"), on=["rank", "step"], how="left").select(
+        blocked = block.frame.select("rank", "step", "wait_ns")
+        wait = wait.join(blocked, on=["rank", "step"], how="left").select(
             "rank", "step",
             pl.when(w.is_null()).then(pl.col("skew_wait_ns"))
             .otherwise(pl.min_horizontal("skew_wait_ns", w.clip(lower_bound=0))).alias("skew_wait_ns"),
