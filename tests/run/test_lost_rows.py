@@ -86,18 +86,17 @@ def test_a_zero_byte_collectives_part_no_longer_changes_the_verdict(tmp_path: Pa
     assert kept.warnings == run.warnings
 
 
-def test_a_rank_folder_that_is_a_file_is_named_and_the_diagnosis_abstains(tmp_path: Path) -> None:
+def test_a_rank_folder_that_is_a_file_is_named(tmp_path: Path) -> None:
     run = _observer_layout("audit15-eval-ckpt", tmp_path / "run")
     shutil.rmtree(run / "steps" / "rank-00001")
     (run / "steps" / "rank-00001").write_text("x\n")
     got = load_run(run)
-    said = _said(got.warnings, "no steps rows of rank 1", "steps/rank-00001 is not a folder", "ranks.parquet")
+    said = _said(got.warnings, "no steps rows of rank 1", "steps/rank-00001 is not a folder", "ranks.parquet",
+                 "describe the other ranks only")
     assert len(said) == 1, got.warnings
-    assert _said(got.warnings, "no step is covered by every rank", "steps 0..299 left out for every rank")
-    assert got.steps.height == 0 and got.common_steps is None
-    assert load_run(run, all_steps=True).steps.height == 300  # rank 0's, when asked for
+    # Step times are synchronized: rank 0's steps still describe the job (they are not left out).
+    assert got.steps.height == 300
     d = diagnose(run)  # before: "2 ranks ... sync_amplification" from rank 0's steps, no warning
-    assert d.runs[0].verdict == "undecided" and not d.findings
     assert said[0] in d.runs[0].warnings
 
 

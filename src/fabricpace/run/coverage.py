@@ -352,10 +352,11 @@ def step_coverage(
         if absent:
             whys = [spans[r].why_empty if r in spans else f"no {table}/rank-{r:05d} folder" for r in absent]
             why = f" ({whys[0]}{f'; {len(whys) - 1} more alike' if len(whys) > 1 else ''})"
-            if table == "steps":  # no step is covered by every rank
-                excluded.append((-INF, INF))
-                role = ("no step is covered by every rank, so the steps of the others are left out too "
-                        "(load_run(..., all_steps=True) reads them)")
+            if table == "steps":
+                # Step times are synchronized, so the other ranks' steps still describe the job; leaving
+                # them all out emptied a one-rank record made under WORLD_SIZE>1 without a process group.
+                role = ("step figures describe the other ranks only (a rank without rows may be the "
+                        "slow one)")
             else:  # arrivals without these ranks could name the wrong rank, or none
                 cov.dropped.add(table)
                 role = ("their arrivals are unknown, so the collectives of every rank are left out: "
