@@ -115,6 +115,8 @@ def test_a_rank_without_collectives_leaves_the_arrival_modes_undecided(tmp_path:
     assert not d.findings, [(f.mode, f.culprits.ranks) for f in d.findings]
     assert {a.mode for a in d.abstained} >= {"sync_amplification", "persistent_straggler"}
     assert said[0] in d.runs[0].warnings
+    reasons = {a.reason for a in d.abstained if a.mode == "persistent_straggler"}
+    assert all(r.startswith("collectives left out: no collectives rows of rank 3") for r in reasons), reasons
 
 
 def test_a_rank_whose_parts_are_all_unreadable_is_named(tmp_path: Path) -> None:

@@ -208,14 +208,18 @@ def diagnose_metrics(
         elif m.lateness is None:
             lost = [w for w in m.run.warnings if "collectives" in w and "unreadable" in w]
             dropped = m.dropped_reason()
-            no_coll = (
-                f"collectives unreadable ({lost[0]}{f' and {len(lost) - 1} more' if len(lost) > 1 else ''}): "
-                "arrivals and transfer times unknown"
-                if lost
-                else f"{dropped}; no other collectives recorded"
-                if dropped
-                else "no collectives recorded: arrivals and transfer times unknown"
-            )
+            cov = getattr(m.run, "coverage", None)
+            left_out = [w for w in m.run.warnings if "collectives of every rank are left out" in w]
+            if cov is not None and "collectives" in cov.dropped and left_out:
+                # The reader left them out (a rank has none): they were recorded, just not comparable.
+                no_coll = f"collectives left out: {left_out[0].split(': ', 1)[-1]}"
+            elif lost:
+                more = f" and {len(lost) - 1} more" if len(lost) > 1 else ""
+                no_coll = f"collectives unreadable ({lost[0]}{more}): arrivals and transfer times unknown"
+            elif dropped:
+                no_coll = f"{dropped}; no other collectives recorded"
+            else:
+                no_coll = "no collectives recorded: arrivals and transfer times unknown"
             for mode in (*_ARRIVAL_MODES, "topology_contention"):
                 abstain(mode, no_coll)
         else:
