@@ -337,6 +337,8 @@ def collective_stats(
     # A rank-step whose instances spanned more than two steps may still come in two parts: their
     # unions add up, but never to more than the time from the first arrival to the last, nor to more
     # than the time the rank was blocked.
+    if not waits:  # (a one-rank run: instances, but no rank waits for another)
+        return CollectiveStats(instances=inst, waits=pl.DataFrame(schema=_WAIT_SCHEMA))
     wait = (
         pl.concat(waits)
         .group_by(["rank", "step"])
