@@ -185,3 +185,21 @@ def test_a_folder_holding_every_rank_s_rows_is_not_read_as_one_rank(tmp_path: Pa
     w.close()
     got = load_run(tmp_path / "run")
     assert got.steps.height == 2 * n and not [x for x in got.warnings if any(k in x for k in COVERAGE_WORDS)]
+
+
+def test_a_perfetto_trace_keeps_the_steps_some_rank_lacks(tmp_path: Path) -> None:
+    """Comparing ranks needs the steps they all cover; a trace shows what each rank did, so export
+    keeps every row (it dropped rank 0's last 50 steps with rank 1's last part)."""
+    import json
+
+    from fabricpace.report.perfetto import export_perfetto
+
+    run = _observer_layout("audit15-eval-ckpt", tmp_path / "run")
+    last = sorted((run / "steps" / "rank-00001").glob("part-*.parquet"))[-1]
+    last.unlink()
+    assert load_run(run).steps["step"].max() < 250  # diagnosis and report: the common steps
+    trace = export_perfetto(run, tmp_path / "trace.json")
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    steps = {e["args"]["step"] for e in events if e.get("cat") == "step" and e.get("pid") == 0}
+    assert max(steps) == 299, max(steps)

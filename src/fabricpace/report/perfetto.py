@@ -124,8 +124,10 @@ def export_perfetto(
     path = check_new_file(out, "trace.json")
     # The collectives (one row per rank, collective and step) are streamed a chunk of steps at a time,
     # instances kept whole, so a run of any size exports in bounded memory.
-    run = load_run(run_dir, tables=("ranks", "steps", "ops") if ops else ("ranks", "steps"))
-    table = StepChunks(run_dir)
+    # A trace shows every row there is: the reader's restriction to the steps every rank covers is
+    # for comparing ranks (diagnose, report), not for looking at what each rank did.
+    run = load_run(run_dir, tables=("ranks", "steps", "ops") if ops else ("ranks", "steps"), all_steps=True)
+    table = StepChunks(run_dir, all_steps=True)
     seen = list(table.warnings)
     for w in dict.fromkeys([*run.warnings, *seen]):
         print(f"fabricpace: warning: {w}", file=sys.stderr)
