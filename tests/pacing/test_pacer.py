@@ -15,11 +15,11 @@ def test_controller_error_turns_pacing_off_and_is_recorded(tmp_path, summaries):
     p = make_pacer("auto", rank=0, world_size=4, run_dir=tmp_path, window=50)
     p.on_window(49, summaries(0, world=3))  # wrong number of ranks: the controller raises
     assert not p.enabled and "controller error" in p.status()
-    t = pq.read_table(tmp_path / "pacing.parquet").to_pylist()
-    assert t[-1]["action"] == "off" and t[-1]["policy"] == "guard"
     assert p.batch_share(64) == 16  # equal split from now on
     p.on_window(99, summaries(1))  # ignored, no exception
-    p.close()
+    p.close()  # (decisions are written by a thread: all of them are on disk once closed)
+    t = pq.read_table(tmp_path / "pacing.parquet").to_pylist()
+    assert t[-1]["action"] == "off" and t[-1]["policy"] == "guard"
 
 
 def test_slow_controller_turns_pacing_off(tmp_path, summaries):
@@ -195,3 +195,4 @@ def test_a_probe_window_runs_the_new_shares_longer_than_the_old_ones(summaries):
     assert [d.action for d in p.decisions][-1] == "keep", p.decisions
     assert p.controller.next_window_steps == 5 and p.next_window_end == end + 1 + 5
     p.close()
+

@@ -6,14 +6,14 @@ for the live line and ``close`` at the end. The controller runs inside ``on_wind
 or an update slower than ``controller_timeout_s`` turns pacing off on this rank (gc restored, equal
 shares, no gating) with the reason logged, and training goes on.
 
-Rank 0 writes every decision to ``RUN_DIR/pacing.parquet`` (rewritten atomically after each window).
+Rank 0 writes every decision to ``RUN_DIR/pacing.parquet``: appended as parts by a writer thread and
+joined into the one table at close (``decision_log``).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +25,7 @@ from fabricpace.pacing._bounded import BoundedRunner, TimedOut
 from fabricpace.pacing.actuators import CommGate, GcLockstep
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.controller import Controller
+from fabricpace.pacing.decision_log import DecisionLog, decisions_table
 from fabricpace.pacing.rebalance import counts_from_shares, offsets_from_counts
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.run.window import WINDOW_FIELDS, WindowSummary, summary_matrix
@@ -75,12 +76,13 @@ class Pacer:
         self.window_plan_known = True
         self._hook_seen = False  # a comm hook has called before_bucket
         self._hook_new = False  # ...for the first time since the last window
-        self._writer: threading.Thread | None = None
         self._runner = BoundedRunner(f"fabricpace-controller-{rank}")
-        self._write_lock = threading.Lock()
-        self._write_failed = False
+        self._log: DecisionLog | None = None
+        self._written = 0  # decisions handed to the log so far
         if self.rank == 0 and self.run_dir is not None:
             import fabricpace.run.writer  # noqa: F401  (import pyarrow now, not at the first decision)
+
+            self._log = DecisionLog(self.run_dir, rank)
 
     # ----------------------------------------------------------------------------------- hooks
     def on_step_start(self, step: int) -> None:
@@ -216,7 +218,9 @@ class Pacer:
         self.gc.close()
         self.comm.apply(None, 0, 0)
         self._runner.close()
-        self._write(wait=True)
+        self._write()
+        if self._log is not None:
+            self._log.close()
 
     # -------------------------------------------------------------------------------- internals
     def _apply(self, state: PacingState, step: int) -> None:
@@ -246,48 +250,23 @@ class Pacer:
                 reason=f"pacing off: {reason}",
             )
         )
-        self._write(wait=True)
+        self._write()
 
-    def _write(self, *, wait: bool = False) -> None:
-        """Rank 0 rewrites pacing.parquet in a background thread: the other ranks are already in the
-        next step's all-reduce, and a synchronous write would stall all of them (and look like a
-        slow window to the guard)."""
-        if self.rank != 0 or self.run_dir is None:
+    def _write(self) -> None:
+        """Hand the decisions made since the last call to rank 0's log (one queue put: the other ranks
+        are already in the next step's all-reduce, and any wait here would stall all of them and look
+        like a slow window to the guard)."""
+        if self._log is None:
             return
-        snapshot = list(self.decisions)
-        run_dir = self.run_dir
-
-        def write() -> None:
-            try:
-                with self._write_lock:
-                    write_decisions(run_dir, snapshot)
-            except Exception as exc:  # a full disk must not stop training; decisions stay in memory
-                if not self._write_failed:  # say so once: a full disk fails every later write too
-                    self._write_failed = True
-                    log.warning("could not write pacing.parquet (%s); decisions stay in memory, "
-                                "no further warnings", exc)
-
-        if self._writer is not None:
-            self._writer.join()
-        self._writer = threading.Thread(target=write, name="fabricpace-pacing-write", daemon=True)
-        self._writer.start()
-        if wait:
-            self._writer.join()
+        new, self._written = self.decisions[self._written:], len(self.decisions)
+        self._log.add(new)
 
 
 def write_decisions(run_dir: str | Path, decisions: Sequence[Decision]) -> Path:
-    """Write RUN_DIR/pacing.parquet atomically (all decisions so far)."""
-    from fabricpace.run.writer import to_table, write_table_atomic
+    """Write RUN_DIR/pacing.parquet atomically with ``decisions`` (the simulator's whole run at once)."""
+    from fabricpace.run.writer import write_table_atomic
 
-    cols = {
-        "step": [d.step for d in decisions],
-        "rank": [d.rank for d in decisions],
-        "policy": [d.policy for d in decisions],
-        "action": [d.action for d in decisions],
-        "value": [d.value for d in decisions],
-        "reason": [d.reason for d in decisions],
-    }
-    return write_table_atomic(Path(run_dir) / "pacing.parquet", to_table("pacing", cols))
+    return write_table_atomic(Path(run_dir) / "pacing.parquet", decisions_table(decisions))
 
 
 def make_pacer(
