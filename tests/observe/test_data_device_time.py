@@ -211,7 +211,9 @@ def test_end_to_end_run_and_diagnosis(tmp_path, gpu_busy):
     modes = [f.mode for f in diagnose(obs.run_dir).findings]
     if gpu_busy:
         assert share < 0.01, share  # ~0.1 with host data time (the code before session 8)
-        assert (steps["compute_ns"] >= work - 1_000).all()
+        # A step whose 8 ms sleep overran the 80 ms queue (seen once at a load average near 10, in a
+        # full test run beside other jobs) waited for the host: allow one such step of 14.
+        assert (steps["compute_ns"] >= work - 1_000).sum() >= steps.height - 1, steps["compute_ns"].to_list()
         assert "input_stall" not in modes
     else:
         assert share > 0.5, share  # 15 of every 20 ms the GPU waited for the host
