@@ -196,3 +196,36 @@ def test_a_probe_window_runs_the_new_shares_longer_than_the_old_ones(summaries):
     assert p.controller.next_window_steps == 5 and p.next_window_end == end + 1 + 5
     p.close()
 
+
+def test_hosts_from_the_launcher():
+    from fabricpace.pacing.pacer import hosts_from_env
+
+    assert hosts_from_env(4, {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4"}) == 1  # torchrun, one node
+    assert hosts_from_env(8, {"LOCAL_WORLD_SIZE": "4"}) == 2
+    assert hosts_from_env(4, {"LOCAL_WORLD_SIZE": "1"}) == 4  # the fabric lab: a namespace per rank
+    assert hosts_from_env(4, {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 1
+    assert hosts_from_env(16, {"SLURM_STEP_NUM_NODES": "2"}) == 2
+    assert hosts_from_env(4, {}) is None and hosts_from_env(4, {"LOCAL_WORLD_SIZE": "x"}) is None
+
+
+def test_auto_on_one_host_leaves_comm_out_but_an_explicit_comm_stays(summaries):
+    auto = make_pacer("auto", rank=0, world_size=4, run_dir=None, window=50, hosts=1)
+    assert "comm" not in auto.policies and "comm" not in auto.controller.policies
+    assert auto.notes and "one host" in auto.notes[0]
+    for w, t in enumerate((10.0, 10.5, 9.5, 30.0, 30.0)):  # transfer inflated twice: no comm trial
+        auto.on_window(50 * w + 49, summaries(w, transfer_ms=t, wait_ms=20.0))
+    assert not auto.wants_comm_hook() and not [d for d in auto.decisions if d.policy == "comm"]
+    assert "comm" in make_pacer("gc,comm", rank=0, world_size=4, run_dir=None, window=50, hosts=1).policies
+    assert "comm" in make_pacer("auto", rank=0, world_size=4, run_dir=None, window=50, hosts=2).policies
+
+
+def test_comm_is_not_tried_when_the_gate_cannot_hold_a_bucket(summaries):
+    """With no more DDP buckets than the in-flight window a trial would set (2), the gate never holds a
+    launch: the trigger fires, no trial starts, and no comm hook is asked for."""
+    for buckets, tried in ((1, False), (2, False), (3, True), (None, True)):
+        p = make_pacer("comm", rank=0, world_size=4, run_dir=None, window=50, hosts=2)
+        p.set_comm_buckets(buckets)
+        for w, t in enumerate((10.0, 10.5, 9.5, 30.0, 30.0)):
+            p.on_window(50 * w + 49, summaries(w, transfer_ms=t, wait_ms=20.0))
+        assert p.wants_comm_hook() is tried, buckets
+        assert bool([d for d in p.decisions if d.policy == "comm"]) is tried, buckets

@@ -47,6 +47,7 @@ def explain_model(obs: Any, model: Any, kind: str, wrap_collectives: bool, comm_
                      "(wrap_collectives=True)", name)
         wrap_collectives = True
     else:  # logged once by the guard, and named in the manifest's observer_failures
+        _tell_buckets(obs, 0)  # no DDP buckets: the comm gate has nothing to hold
         hint = "" if wrap_collectives else " (wrap_collectives=True records torch.distributed collectives)"
         obs.guard.fail("ddp probe", f"model is a {name}, not DistributedDataParallel: no DDP bucket rows, "
                        f"steps are recorded{hint}")
@@ -141,10 +142,48 @@ def install_hook(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None) -> boo
     return True
 
 
+def _tell_buckets(obs: Any, n: int | None) -> None:
+    """Give the pacer DDP's bucket count (the comm gate cannot act with no more buckets than its
+    window); pacers without ``set_comm_buckets`` are not asked."""
+    pacer = obs.pacer.pacer
+    fn = getattr(pacer, "set_comm_buckets", None) if pacer is not None else None
+    if fn is None or n is None:
+        return
+    try:
+        fn(n)
+    except Exception as exc:
+        obs.pacer.drop(f"set_comm_buckets failed: {exc!r}")
+
+
+def bucket_count(obs: Any, model: Any) -> int | None:
+    """DDP's bucket count once its layout is fixed (the same on every rank: rank 0's layout is
+    broadcast), else None; from the hook-free probe, or from DDP's logging data."""
+    probe = obs._probe
+    buckets = getattr(probe, "buckets", None) if probe is not None else None
+    if buckets:
+        return len(buckets)
+    try:
+        from fabricpace.observe.ddp_probe import initial_buckets, parse_bucket_indices, reducer_params
+
+        if model.find_unused_parameters and not getattr(model, "static_graph", False):
+            layout = initial_buckets(model, reducer_params(model))  # (DDP never rebuilds)
+            return len(layout) if layout else None
+        data = model._get_ddp_logging_data()
+        if int(data.get("has_rebuilt_buckets", 0) or 0):
+            return len(parse_bucket_indices(data.get("rebuilt_per_bucket_param_indices", ""))) or None
+    except Exception:  # private helpers changed: the count stays unknown (no limit on comm)
+        return None
+    return None
+
+
 def maybe_install_hook(obs: Any) -> None:
     """Lazy mode: after a window, install the comm hook once the pacer asks for bucket calls.
     Runs between steps at the same step on every rank (the pacer decides from the same gathered
-    summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good."""
+    summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good.
+    First the pacer learns DDP's bucket count, once known (comm is not tried with too few buckets)."""
+    if getattr(obs, "_ddp_buckets", None) is None and obs.pacer.active:
+        obs._ddp_buckets = bucket_count(obs, obs._ddp_args[0])
+        _tell_buckets(obs, obs._ddp_buckets)
     if not obs.pacer.wants_comm_hook():
         if not obs.pacer.active:
             obs._lazy_hook = False  # pacing was dropped: nothing will ask any more

@@ -104,7 +104,10 @@ class SafePacer:
         # rebalance can only move samples in a loop that does.
         self.shares_asked = False
         self._shares_checked = False
-        self.notes: list[str] = []  # what was changed about pacing and why (manifest extra)
+        # What was changed about pacing and why (manifest extra), starting with the pacer's own
+        # (the real pacer leaves comm out of "auto" on a single host).
+        own = getattr(pacer, "notes", None) if pacer is not None else None
+        self.notes: list[str] = [str(n) for n in own] if isinstance(own, list) else []
 
     @property
     def active(self) -> bool:

@@ -50,6 +50,7 @@ class Controller:
         policies: Sequence[str] | str = ("gc", "rebalance", "comm"),
         *,
         leaves: Sequence[int] | None = None,
+        comm_buckets: int | None = None,
     ) -> None:
         if world_size < 1:
             raise ValueError("world_size must be >= 1")
@@ -85,6 +86,11 @@ class Controller:
         # True when the comm trigger fired in the last two windows (a comm trial starts, or would if
         # no other trial ran): the observer then installs its DDP comm hook.
         self.comm_armed = False
+        # Buckets the comm gate can hold per step (DDP's buckets, told by the observer; None = not
+        # known, no limit). With no more buckets than the in-flight window it would set, the gate
+        # never holds a launch: comm is then never tried (its trial would cost control windows and,
+        # on real ranks, a Python comm hook on every bucket, for a gate that cannot act).
+        self.comm_buckets = comm_buckets
         # trigger -> (last window it fired, consecutive windows it fired)
         self._streak: dict[str, tuple[int, int]] = {}
         # Steps of the next window when it must be shorter than the others (a rebalance trial's first
@@ -140,6 +146,7 @@ class Controller:
         self.comm_armed = (
             "comm" in self.policies
             and self.kept.comm_window is None
+            and self.comm_can_act()
             and self._inflated_now
             and self._inflated_prev
             and fleet.wait_share >= self.config.comm_trigger_share
@@ -248,6 +255,11 @@ class Controller:
         self._quiet_transfer = math.inf
         self._inflated_now = self._inflated_prev = False
         self.comm_armed = False
+
+    def comm_can_act(self) -> bool:
+        """Whether the comm gate could hold a launch: more buckets per step than the in-flight window
+        a trial would set (True while the bucket count is not known)."""
+        return self.comm_buckets is None or self.comm_buckets > self.config.comm_window_init
 
     def wants_comm(self) -> bool:
         """Whether bucket launches may be gated from the next window on: comm is kept, on trial, or its
@@ -624,6 +636,7 @@ class Controller:
         if (
             ready("comm")
             and k.comm_window is None
+            and self.comm_can_act()
             and math.isfinite(self._quiet_transfer)
             and self._quiet_transfer > 0
             and fleet.wait_share >= c.comm_trigger_share

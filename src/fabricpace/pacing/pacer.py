@@ -8,14 +8,20 @@ shares, no gating) with the reason logged, and training goes on.
 
 Rank 0 writes every decision to ``RUN_DIR/pacing.parquet``: appended as parts by a writer thread and
 joined into the one table at close (``decision_log``).
+
+Comm is not tried when DDP has no more buckets than the in-flight window it would set
+(``set_comm_buckets``), nor, under ``"auto"``, when every rank runs on one host (``hosts_from_env``):
+comm paces a shared fabric, and on one host there is none; what inflates transfer there is CPU
+scheduling.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +53,24 @@ class Pacer:
         config: PacingConfig | None = None,
         leaves: Sequence[int] | None = None,
         share_lag_steps: int = 4,
+        hosts: int | None = None,
     ) -> None:
         self.config = config or PacingConfig()
         self.policies = parse_policies(policies if isinstance(policies, str) else list(policies))
         self.rank, self.world_size, self.window = rank, world_size, window
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        # What was changed about the policies and why (the observer puts it in the manifest).
+        self.notes: list[str] = []
+        implied = isinstance(policies, str) and policies.strip().lower() == "auto"
+        if implied and hosts == 1 and world_size > 1 and "comm" in self.policies:
+            # comm paces a shared fabric; inside one host transfer "inflates" when the ranks' threads
+            # wait for a CPU (the audit's single-host job: "transfer 5.29x its quiet level"), which no
+            # launch gating helps. An explicit "comm" is the user's choice and stays.
+            self.policies = tuple(p for p in self.policies if p != "comm")
+            self.notes.append(f"comm left out: all {world_size} ranks run on one host (no fabric to pace; "
+                              "transfer there varies with CPU scheduling); name 'comm' to try it anyway")
+            if rank == 0:
+                log.info("pacing: %s", self.notes[-1])
         self.controller = Controller(world_size, self.config, self.policies, leaves=leaves)
         self.state = PacingState()
         self.gc = GcLockstep()
@@ -167,6 +186,11 @@ class Pacer:
             return True
         return self.enabled and self.controller.wants_comm()
 
+    def set_comm_buckets(self, buckets: int | None) -> None:
+        """DDP's bucket count (the same on every rank), from the observer: with no more buckets than the
+        in-flight window comm would set, the gate could never hold a launch, and comm is not tried."""
+        self.controller.comm_buckets = None if buckets is None else int(buckets)
+
     def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
         """Samples per rank for ``step`` (default: the step about to run); sums to ``global_batch``."""
         k = self._next_step if step is None else step
@@ -269,6 +293,30 @@ def write_decisions(run_dir: str | Path, decisions: Sequence[Decision]) -> Path:
     return write_table_atomic(Path(run_dir) / "pacing.parquet", decisions_table(decisions))
 
 
+def hosts_from_env(world_size: int, env: Mapping[str, str] | None = None) -> int | None:
+    """1 when the launcher says every rank runs on this host (torchrun's ``LOCAL_WORLD_SIZE``, Open
+    MPI's ``OMPI_COMM_WORLD_LOCAL_SIZE`` equal to the world size; Slurm's ``SLURM_STEP_NUM_NODES`` or
+    ``SLURM_NNODES`` of 1), more than 1 when it says otherwise, None when it says nothing. Every rank
+    reads the same answer from its own launcher, so every rank's controller has the same policies."""
+    e = os.environ if env is None else env
+
+    def num(key: str) -> int | None:
+        try:
+            return int(e[key])
+        except (KeyError, ValueError):
+            return None
+
+    for key in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        local = num(key)
+        if local is not None and local > 0:
+            return 1 if local >= world_size else -(-world_size // local)
+    for key in ("SLURM_STEP_NUM_NODES", "SLURM_NNODES"):
+        nodes = num(key)
+        if nodes is not None and nodes > 0:
+            return nodes
+    return None
+
+
 def make_pacer(
     pacing: str | Sequence[str],
     *,
@@ -278,8 +326,11 @@ def make_pacer(
     window: int,
     config: PacingConfig | None = None,
     leaves: Sequence[int] | None = None,
+    hosts: int | None = None,
 ) -> Pacer:
-    """Build the pacer the observer drives (``pacing`` is "auto", "off", "gc,comm" or a list)."""
+    """Build the pacer the observer drives (``pacing`` is "auto", "off", "gc,comm" or a list).
+    ``hosts``: hosts the ranks run on (default: what the launcher says, ``hosts_from_env``)."""
     return Pacer(
-        pacing, rank=rank, world_size=world_size, run_dir=run_dir, window=window, config=config, leaves=leaves
+        pacing, rank=rank, world_size=world_size, run_dir=run_dir, window=window, config=config,
+        leaves=leaves, hosts=hosts if hosts is not None else hosts_from_env(world_size),
     )
