@@ -1,12 +1,24 @@
 """How the observer watches DDP's gradient buckets: hook-free (``ddp_probe``), through a comm hook
-(``hooks.wrap_hook``), or hook-free first and the comm hook later, once, when the pacer asks for
-bucket calls (``ObserverConfig.ddp_instrumentation``; docs/observer.md, "DDP instrumentation modes").
+(``hooks.wrap_hook``), or hook-free first and the comm hook only while the pacer asks for bucket calls
+(``ObserverConfig.ddp_instrumentation``; docs/observer.md, "DDP instrumentation modes").
+
+Lazy mode: the comm hook is installed between steps when ``wants_comm_hook()`` turns True. A pacer that
+says ``comm_hook_removable`` (the real one) is asked after every window, and once it says False again
+(its comm trial was reverted) the hook is removed: DDP accepts one ``register_comm_hook`` per reducer
+and has no way to unregister it, so the reducer is rebuilt without the hook, the way DDP itself
+rebuilds it when it is unpickled (``DistributedDataParallel.__setstate__``), and the hook-free probe
+resumes. Where that rebuild is not safe (another comm hook, ``static_graph``, DDP's mixed precision, a
+compiled model, a torch without those methods) the hook stays registered but passes every bucket
+straight to the all-reduce (no recording, no pacer call) and the probe resumes: what remains is the
+price of any Python comm hook. Either way the pacer is told (``comm_hook_changed``).
 
 Functions of the ``Observer`` they instrument (its guard, pacer, recorder and DDP state).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from fabricpace.observe._guard import LOG
@@ -142,6 +154,36 @@ def install_hook(obs: Any, model: Any, comm_hook: tuple[Any, Any] | None) -> boo
     return True
 
 
+class LazyHook:
+    """The comm hook of the lazy mode, as registered on one DDP reducer: it observes each bucket
+    (``hooks.wrap_hook``: stamps, pacer calls) while ``observing``, else passes it straight to the same
+    all-reduce (the pass-through left behind when the reducer cannot be rebuilt without it)."""
+
+    def __init__(self, obs: Any, model: Any) -> None:
+        from fabricpace.observe.collectives import group_name
+        from fabricpace.observe.hooks import _value, default_allreduce, wrap_hook
+
+        pg = getattr(model, "process_group", None)
+        observed = wrap_hook(obs, user_hook=None, user_state=None, process_group=pg,
+                             group_name="ddp:" + group_name(pg))
+        plain = default_allreduce(pg)
+        self.model = model
+        self.reducer = getattr(model, "reducer", None)
+        self.observing = True
+        switch = self
+
+        # DDP reads the hook's signature (a "bucket" parameter, no foreign annotations) and its name.
+        def hook(_state, bucket):  # type: ignore[no-untyped-def]
+            if switch.observing:
+                return observed(_state, bucket)
+            return plain(_state, bucket).then(_value)
+
+        self.hook: Callable[[Any, Any], Any] = hook
+
+    def register(self) -> None:
+        self.model.register_comm_hook(None, self.hook)
+
+
 def _tell_buckets(obs: Any, n: int | None) -> None:
     """Give the pacer DDP's bucket count (the comm gate cannot act with no more buckets than its
     window); pacers without ``set_comm_buckets`` are not asked."""
@@ -177,24 +219,154 @@ def bucket_count(obs: Any, model: Any) -> int | None:
 
 
 def maybe_install_hook(obs: Any) -> None:
-    """Lazy mode: after a window, install the comm hook once the pacer asks for bucket calls.
-    Runs between steps at the same step on every rank (the pacer decides from the same gathered
-    summaries), so the bucket sequence numbers stay aligned; DDP accepts one hook, kept for good.
-    First the pacer learns DDP's bucket count, once known (comm is not tried with too few buckets)."""
-    if getattr(obs, "_ddp_buckets", None) is None and obs.pacer.active:
-        obs._ddp_buckets = bucket_count(obs, obs._ddp_args[0])
-        _tell_buckets(obs, obs._ddp_buckets)
-    if not obs.pacer.wants_comm_hook():
-        if not obs.pacer.active:
-            obs._lazy_hook = False  # pacing was dropped: nothing will ask any more
+    """Lazy mode, after each window (at the same step on every rank: the pacer decides from the same
+    gathered summaries, so the bucket sequence numbers stay aligned): tell the pacer DDP's bucket
+    count, install the comm hook when the pacer asks for bucket calls, and — for a pacer that says
+    ``comm_hook_removable`` — remove it once it no longer asks. Other pacers keep the hook for good and
+    are not asked again (the earlier contract)."""
+    model, _ = obs._ddp_args
+    hook: LazyHook | None = getattr(obs, "_lazy", None)
+    observing = hook is not None and hook.observing
+    if not obs.pacer.active:
+        if observing:  # pacing went off: nothing will gate, and the hook's recording costs
+            remove_hook(obs, "pacing went off")
+        obs._lazy_hook = False
         return
-    obs._lazy_hook = False
-    model, comm_hook = obs._ddp_args
+    if getattr(obs, "_ddp_buckets", None) is None:
+        obs._ddp_buckets = bucket_count(obs, model)
+        _tell_buckets(obs, obs._ddp_buckets)
+    wants = obs.pacer.wants_comm_hook()
+    if not obs.pacer.active:  # (the call failed and dropped the pacer)
+        if observing:
+            remove_hook(obs, "pacing went off")
+        obs._lazy_hook = False
+        return
+    removable = bool(getattr(obs.pacer.pacer, "comm_hook_removable", False))
+    if wants and not observing:
+        _install_lazy(obs, model)
+        if not removable:
+            obs._lazy_hook = False
+    elif not wants and observing and removable:
+        remove_hook(obs, "the pacer no longer gates bucket launches")
+
+
+def _install_lazy(obs: Any, model: Any) -> None:
     # The probe's pending rounds take their sequence numbers first, so the hook's records continue them.
     obs.recorder.drain()
-    if install_hook(obs, model, comm_hook):
-        obs._remove_probe()
-        obs.comm_hook_step = obs.step_index
-        if obs.rank == 0:
-            LOG.info("fabricpace observer: pacer asked for bucket calls; DDP comm hook installed "
-                     "after step %d", obs.step_index)
+    hook: LazyHook | None = getattr(obs, "_lazy", None)
+    if hook is not None and hook.reducer is not None and hook.reducer is getattr(model, "reducer", None):
+        hook.observing = True  # still registered as a pass-through on this reducer
+        how = "observing again (it had stayed registered as a pass-through)"
+    else:
+        try:
+            hook = LazyHook(obs, model)
+            hook.register()
+        except Exception as exc:  # e.g. a hook was already registered: steps are still recorded
+            obs.guard.fail("comm hook", exc)
+            obs._lazy_hook = False
+            return
+        obs._lazy = hook
+        how = "its Python callback runs for every bucket of every step while comm gates or is on trial"
+    obs._remove_probe()
+    obs.ddp_mode = "hook"
+    obs.comm_hook_step = obs.step_index
+    _tell_pacer(obs, True, how)
+    if obs.rank == 0:
+        LOG.info("fabricpace observer: pacer asked for bucket calls; DDP comm hook installed "
+                 "after step %d", obs.step_index)
+
+
+def remove_hook(obs: Any, why: str) -> None:
+    """Stop observing through the lazily installed comm hook: rebuild DDP's reducer without it (or,
+    where that is not safe, leave it as a pass-through) and resume the hook-free probe."""
+    from fabricpace.observe.collectives import group_name
+    from fabricpace.observe.ddp_probe import GradHookProbe
+
+    hook: LazyHook | None = getattr(obs, "_lazy", None)
+    if hook is None:
+        return
+    model = hook.model
+    # The hook's records of ended steps take their sequence numbers first; the probe continues them.
+    obs.recorder.drain()
+    hook.observing = False  # from now on a pass-through, whatever happens below
+    not_safe = rebuild_blocker(obs, model, hook)
+    if not_safe is None:
+        try:
+            rebuild_reducer(model, hook.hook)
+            hook.reducer = None  # (registered on no live reducer any more)
+            obs._lazy = None
+            obs._ddp_buckets = None  # (read again from the rebuilt reducer's layout)
+            how = "DDP's reducer was rebuilt without it; the per-step cost is the hook-free mode's again"
+        except Exception as exc:
+            not_safe = f"rebuilding DDP's reducer failed ({type(exc).__name__}: {exc})"
+    if not_safe is not None:
+        how = (f"it stays registered as a pass-through ({not_safe}): no recording or pacer call per "
+               "bucket, but the Python hook's own cost per bucket remains")
+    try:
+        pg = getattr(model, "process_group", None)
+        obs._probe = GradHookProbe(obs, model, "ddp:" + group_name(pg))
+        obs.ddp_mode = "grad_hooks"
+    except Exception as exc:
+        obs.guard.fail("ddp probe", exc)
+        obs.ddp_mode = None
+    _tell_pacer(obs, False, f"{why}; {how}")
+    if obs.rank == 0:
+        LOG.info("fabricpace observer: DDP comm hook removed after step %d: %s", obs.step_index, how)
+
+
+def _tell_pacer(obs: Any, installed: bool, detail: str) -> None:
+    pacer = obs.pacer.pacer
+    fn = getattr(pacer, "comm_hook_changed", None) if pacer is not None else None
+    if fn is None:
+        return
+    try:
+        fn(installed, obs.step_index, detail)
+    except Exception as exc:
+        obs.pacer.drop(f"comm_hook_changed failed: {exc!r}")
+
+
+def rebuild_blocker(obs: Any, model: Any, hook: LazyHook) -> str | None:
+    """Why DDP's reducer cannot be rebuilt without ``hook`` here (None: it can)."""
+    needed = ("_ddp_init_helper", "_build_params_for_reducer", "_build_debug_param_to_name_mapping")
+    missing = [m for m in needed if not callable(getattr(model, m, None))]
+    if missing or not hasattr(getattr(model, "reducer", None), "_remove_autograd_hooks"):
+        return f"this torch's DDP has no {', '.join(missing) or 'Reducer._remove_autograd_hooks'}"
+    if hook.reducer is not model.reducer:
+        return "DDP's reducer changed since the hook was registered"
+    hooks = getattr(model, "_comm_hooks", None)
+    if not isinstance(hooks, list) or [h for h, _ in hooks] != [hook.hook]:
+        return "another comm hook is registered"
+    if getattr(model, "static_graph", False):
+        return "static_graph=True"
+    if getattr(model, "mixed_precision", None) is not None:
+        return "DDP mixed_precision"
+    if getattr(model, "_use_python_reducer", False) or getattr(model, "_delay_all_reduce_params", None):
+        return "DDP's python reducer or delayed all-reduce"
+    if obs.model is not model:
+        return "a compiled or wrapped model"
+    return None
+
+
+def rebuild_reducer(model: Any, hook: Callable[[Any, Any], Any]) -> None:
+    """Replace ``model``'s reducer by a fresh one without comm hook, as DDP does when unpickled.
+
+    The new reducer is built first (its buckets allocated — an allocation failure leaves everything
+    as it was — then its autograd hooks registered); only then are the old reducer's autograd hooks
+    removed, so no backward ever runs with neither or both. It starts with DDP's initial bucket layout
+    and rebuilds it from the next backward's gradient order, as at a job's start (a broadcast in the
+    next forward, on every rank at the same step). Gradients are untouched (tested bitwise)."""
+    old_reducer, old_logger = model.reducer, model.logger
+    params, sparse = model._build_params_for_reducer()
+    mapping = model._build_debug_param_to_name_mapping(params)
+    try:
+        model._ddp_init_helper(params, sparse, mapping, model.static_graph)
+    except BaseException:
+        new = model.reducer
+        if new is not old_reducer:
+            with contextlib.suppress(Exception):
+                new._remove_autograd_hooks()
+        model.reducer, model.logger = old_reducer, old_logger
+        raise
+    old_reducer._remove_autograd_hooks()
+    model._comm_hooks[:] = [(h, st) for h, st in model._comm_hooks if h is not hook]
+    model._has_rebuilt_buckets = False

@@ -74,6 +74,7 @@ class Controller:
         # slowness on this job does not persist from one window to the next (it wanders between
         # ranks, or comes and goes), so the one-window shortcut for a new straggler is off from then on.
         self._stragglers_wander = False
+        self._last_window = -1  # index of the window of the last update
         self._inflation = 0.0  # this window's transfer / its quiet level
         self._transfer_now = math.nan  # this window's transfer per unit of compute
         # Transfer inflated beyond noise in this window / in the previous one (comm needs both).
@@ -83,9 +84,6 @@ class Controller:
         # (kept state, step time) of windows run without a trial: their window-to-window changes
         # measure how much the host drifts between windows (the guard's between-window noise).
         self._untreated: list[tuple[PacingState, float, int]] = []  # (state, step time, window index)
-        # True when the comm trigger fired in the last two windows (a comm trial starts, or would if
-        # no other trial ran): the observer then installs its DDP comm hook.
-        self.comm_armed = False
         # Buckets the comm gate can hold per step (DDP's buckets, told by the observer; None = not
         # known, no limit). With no more buckets than the in-flight window it would set, the gate
         # never holds a launch: comm is then never tried (its trial would cost control windows and,
@@ -124,6 +122,7 @@ class Controller:
             self._collapse_rechecks(self._rechecks[0][0].window, summaries[0].window)
             self._rechecks = []  # together they make one whole window: judged as one, below
         fleet = fleet_view(summaries, self.world_size)
+        self._last_window = fleet.window
         self._full_steps = max(self._full_steps, fleet.steps)
         if self.leaves is None and "placement" in self.policies:
             self.leaves = leaves_from_summaries(summaries, self.world_size)
@@ -141,16 +140,6 @@ class Controller:
             if self.guard.trial is None:
                 self._undo_recovered(step, fleet, out)
                 self._propose(step, fleet, summaries, out)
-        # Armed only when the trigger held for two windows (what starts a comm trial): a single noisy
-        # window on a busy host would otherwise make a healthy run pay a Python comm hook for good.
-        self.comm_armed = (
-            "comm" in self.policies
-            and self.kept.comm_window is None
-            and self.comm_can_act()
-            and self._inflated_now
-            and self._inflated_prev
-            and fleet.wait_share >= self.config.comm_trigger_share
-        )
         self._inflated_prev = self._inflated_now
         self._set_next(fleet)
         if self._pending is not None:
@@ -183,6 +172,7 @@ class Controller:
         pend, self._pending = self._pending, None
         assert pend is not None
         fleet = fleet_view(summaries, self.world_size)
+        self._last_window = fleet.window
         self._collapse_rechecks(pend.window, fleet.window)
         cands = pend.candidates
         why = unconfirmed(fleet, pend, self.config)
@@ -254,22 +244,30 @@ class Controller:
         self._transfers.clear()
         self._quiet_transfer = math.inf
         self._inflated_now = self._inflated_prev = False
-        self.comm_armed = False
 
     def comm_can_act(self) -> bool:
         """Whether the comm gate could hold a launch: more buckets per step than the in-flight window
         a trial would set (True while the bucket count is not known)."""
         return self.comm_buckets is None or self.comm_buckets > self.config.comm_window_init
 
-    def wants_comm(self) -> bool:
-        """Whether bucket launches may be gated from the next window on: comm is kept, on trial, or its
-        trigger held for two windows."""
+    def wants_comm(self, *, keep: bool = False) -> bool:
+        """Whether bucket launches are gated from the next window on: comm is kept or on trial (a trial
+        starts at the window whose update returns True; its first ON window is the next one).
+
+        ``keep``: the observer's comm hook is installed now. It is then also kept while a comm trial
+        may start at the next window (the trigger fired in this window and comm's cooldown is over by
+        then: a bundle's revert retries its policies one by one at once), so that a revert and a new
+        trial one window apart do not remove and reinstall it."""
         if "comm" not in self.policies:
             return False
         t = self.guard.trial
         if t is not None and (t.on.comm_window is not None or t.on.comm_spacing_ns > 0):
             return True
-        return self.kept.comm_window is not None or self.kept.comm_spacing_ns > 0 or self.comm_armed
+        if self.kept.comm_window is not None or self.kept.comm_spacing_ns > 0:
+            return True
+        if not keep or not self._inflated_now or not self.comm_can_act():
+            return False
+        return self._cooldown_until.get("comm", -1) <= self._last_window + 1
 
     # ------------------------------------------------------------------------------------ internals
     def _drift_sd(self) -> float:

@@ -9,10 +9,14 @@ shares, no gating) with the reason logged, and training goes on.
 Rank 0 writes every decision to ``RUN_DIR/pacing.parquet``: appended as parts by a writer thread and
 joined into the one table at close (``decision_log``).
 
-Comm is not tried when DDP has no more buckets than the in-flight window it would set
-(``set_comm_buckets``), nor, under ``"auto"``, when every rank runs on one host (``hosts_from_env``):
-comm paces a shared fabric, and on one host there is none; what inflates transfer there is CPU
-scheduling.
+The comm actuator acts through the observer's DDP comm hook, which costs time on every bucket. The
+observer installs it when ``wants_comm_hook()`` turns True (a comm trial starts, or comm is kept) and,
+for this pacer (``comm_hook_removable``), removes it again once it turns False (a reverted trial):
+``comm_hook_changed`` tells the pacer, which then learns the comm trigger's quiet level anew (the
+hook-free mode measures only exposed transfer) and records the switch in pacing.parquet. Comm is not
+tried when DDP has no more buckets than the in-flight window it would set (``set_comm_buckets``), nor,
+under ``"auto"``, when every rank runs on one host (``hosts_from_env``): comm paces a shared fabric,
+and on one host there is none; what inflates transfer there is CPU scheduling.
 """
 
 from __future__ import annotations
@@ -94,7 +98,8 @@ class Pacer:
         self.next_window_end: int | None = None
         self.window_plan_known = True
         self._hook_seen = False  # a comm hook has called before_bucket
-        self._hook_new = False  # ...for the first time since the last window
+        self._hook_new = False  # ...for the first time since the last window (or it was removed)
+        self._hook_installed = False  # the observer installed its comm hook (comm_hook_changed)
         self._runner = BoundedRunner(f"fabricpace-controller-{rank}")
         self._log: DecisionLog | None = None
         self._written = 0  # decisions handed to the log so far
@@ -102,6 +107,10 @@ class Pacer:
             import fabricpace.run.writer  # noqa: F401  (import pyarrow now, not at the first decision)
 
             self._log = DecisionLog(self.run_dir, rank)
+
+    # The observer may remove its comm hook again when wants_comm_hook() turns False (a reverted
+    # trial): it asks after every window, not only until the first True (docs/observer.md).
+    comm_hook_removable = True
 
     # ----------------------------------------------------------------------------------- hooks
     def on_step_start(self, step: int) -> None:
@@ -178,18 +187,34 @@ class Pacer:
             self._write()
 
     def wants_comm_hook(self) -> bool:
-        """True when the comm actuator gates launches now or may from the next window on (it is kept,
-        on trial, or its trigger held for two windows). The observer runs without a DDP comm hook until this
-        returns True, then installs one (and keeps it): a Python comm hook costs time on every
-        bucket, so a run that never gates should not pay for it. Checked after each ``on_window``."""
+        """True when the comm actuator gates launches in the next window or may in a later one of a
+        trial that runs (comm kept, or on trial: a trial starts with the window that proposed it, its
+        first ON window is the next one). Checked after each ``on_window``. The observer runs without
+        a DDP comm hook until this returns True, installs one then, and removes it once this returns
+        False again (a reverted trial): a Python comm hook costs time on every bucket, so a run that
+        does not gate should not pay for it. While the hook is installed it is also kept when a new
+        comm trial may start at the very next window (no remove-and-reinstall one window apart)."""
         if self.state.comm_window is not None or self.state.comm_spacing_ns > 0:
             return True
-        return self.enabled and self.controller.wants_comm()
+        return self.enabled and self.controller.wants_comm(keep=self._hook_installed)
 
     def set_comm_buckets(self, buckets: int | None) -> None:
         """DDP's bucket count (the same on every rank), from the observer: with no more buckets than the
         in-flight window comm would set, the gate could never hold a launch, and comm is not tried."""
         self.controller.comm_buckets = None if buckets is None else int(buckets)
+
+    def comm_hook_changed(self, installed: bool, step: int, detail: str) -> None:
+        """The observer installed (True) or removed (False) its DDP comm hook after ``step``: recorded in
+        pacing.parquet; after a removal the comm trigger's quiet level is learnt anew (without the hook
+        only exposed transfer is measured, as before the hook)."""
+        self._hook_installed = bool(installed)
+        if not installed:
+            self._hook_seen = False  # a later install restarts the level again (before_bucket)
+            self._hook_new = True  # (the level is forgotten at the next on_window)
+        what = "installed" if installed else "removed"
+        self.decisions.append(Decision(step=step, rank=-1, policy="comm", action="note", value=0.0,
+                                       reason=f"DDP comm hook {what} after step {step}: {detail}"))
+        self._write()
 
     def batch_counts(self, global_batch: int, step: int | None = None) -> list[int]:
         """Samples per rank for ``step`` (default: the step about to run); sums to ``global_batch``."""
