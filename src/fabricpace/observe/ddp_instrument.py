@@ -344,6 +344,11 @@ def rebuild_blocker(obs: Any, model: Any, hook: LazyHook) -> str | None:
         return "DDP's python reducer or delayed all-reduce"
     if obs.model is not model:
         return "a compiled or wrapped model"
+    if any(getattr(p, "device", None) is not None and p.device.type != "cpu" for p in model.parameters()):
+        # The rebuild allocates a second set of bucket buffers (the size of the gradients) before it
+        # frees the first, and it has only ever run on CPU/gloo: on an accelerator the pass-through's
+        # cost per bucket (microseconds against steps of tens to hundreds of ms) is the safer price.
+        return "parameters on an accelerator (the rebuild is only tested on CPU/gloo)"
     return None
 
 
