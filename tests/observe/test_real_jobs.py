@@ -183,14 +183,16 @@ def test_auto_pacing_leaves_rebalance_out_of_a_loop_without_batch_share(matrix):
     """pacing="auto" in a loop that never calls obs.batch_share (most loops): rebalance could move no
     sample, yet before it was enabled on a persistent straggler (a no-op), judged by the guard on noise
     and logged in pacing.parquet as if it acted. Now the first window shows that no rank asks for its
-    share and every rank leaves rebalance out (gc, comm, placement stay); a loop that asks keeps it."""
+    share and every rank leaves rebalance out (gc and placement stay; comm is left out too, as on any
+    job whose ranks all run on one host); a loop that asks keeps it."""
     for res in matrix:
         slow = res["patterns"]["slow_rank"]
         assert slow["observed"]["digest"] == slow["plain"]["digest"]
-        assert slow["observed"]["notes"]["policies"] == ["gc", "comm", "placement"]
+        assert slow["observed"]["notes"]["policies"] == ["gc", "placement"]
         assert "rebalance" in res["patterns"]["slow_rank_shares"]["observed"]["notes"]["policies"]
     run = load_run(matrix[0]["patterns"]["slow_rank"]["observed"]["observers"][0]["run_dir"])
-    assert "rebalance left out" in run.manifest.extra["pacing_notes"][0]
+    notes = run.manifest.extra["pacing_notes"]
+    assert any("rebalance left out" in n for n in notes), notes
     assert run.pacing.filter(pl.col("policy") == "rebalance").height == 0
 
 
