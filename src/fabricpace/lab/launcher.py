@@ -406,39 +406,40 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
 
 
 @contextlib.contextmanager
-def _stop_signals_interrupt() -> Iterator[None]:
+def _handling(sigs: tuple[signal.Signals, ...], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` for ``sigs`` inside the block (main thread only; a signal set to be ignored, as
+    under nohup, stays ignored: that user wants the run to outlive the terminal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = [sig for sig in sigs if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, handler) for sig in kept}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _stop_signals_interrupt() -> contextlib.AbstractContextManager[None]:
     """SIGTERM and SIGHUP (``kill``, ``timeout``, a closed terminal) end the run like Ctrl-C does.
 
     Python's default for both is to die at once: the ranks trained on as orphans, the throttled
     rank's cgroup and the half-written run directory stayed. As KeyboardInterrupt they take the
     same cleanup path as Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    # A signal set to be ignored (nohup) stays ignored: that user wants the run to outlive the terminal.
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _handling((signal.SIGTERM, signal.SIGHUP), interrupt)
 
 
-@contextlib.contextmanager
-def _signals_wait() -> Iterator[None]:
+def _signals_wait() -> contextlib.AbstractContextManager[None]:
     """A second Ctrl-C (or SIGTERM, SIGHUP) while the run cleans up is noted and waited out.
 
     The clean-up ends the ranks (at most ~5 s), removes the throttle cgroup, restores the lab's shaping
     and the half-written run directory; cut short, it left ranks, a cgroup or folders behind. What it
     waits for is bounded, so the user waits seconds, not forever."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     told = False
 
     def wait(signum: int, frame: object) -> None:
@@ -448,13 +449,7 @@ def _signals_wait() -> Iterator[None]:
             print("fabricpace: cleaning up the lab run (ending its ranks, restoring the lab); "
                   "this takes a few seconds", file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, wait) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), wait)
 
 
 def _first_missing(out: Path) -> Path | None:
