@@ -227,9 +227,13 @@ def maybe_install_hook(obs: Any) -> None:
     model, _ = obs._ddp_args
     hook: LazyHook | None = getattr(obs, "_lazy", None)
     observing = hook is not None and hook.observing
+    # Pacing can go off on one rank before the others learn it (its own error, its controller's time
+    # limit): the hook then only becomes a pass-through there. A reducer rebuild must happen on every
+    # rank at the same step (the new reducer's first forward broadcasts its bucket layout), so only
+    # a removal that the ranks decided together from the gathered summaries rebuilds.
     if not obs.pacer.active:
         if observing:  # pacing went off: nothing will gate, and the hook's recording costs
-            remove_hook(obs, "pacing went off")
+            remove_hook(obs, "pacing went off", rebuild=False)
         obs._lazy_hook = False
         return
     if getattr(obs, "_ddp_buckets", None) is None:
@@ -238,7 +242,7 @@ def maybe_install_hook(obs: Any) -> None:
     wants = obs.pacer.wants_comm_hook()
     if not obs.pacer.active:  # (the call failed and dropped the pacer)
         if observing:
-            remove_hook(obs, "pacing went off")
+            remove_hook(obs, "pacing went off", rebuild=False)
         obs._lazy_hook = False
         return
     removable = bool(getattr(obs.pacer.pacer, "comm_hook_removable", False))
@@ -247,7 +251,9 @@ def maybe_install_hook(obs: Any) -> None:
         if not removable:
             obs._lazy_hook = False
     elif not wants and observing and removable:
-        remove_hook(obs, "the pacer no longer gates bucket launches")
+        agreed = bool(getattr(obs.pacer.pacer, "enabled", True)) and not obs.pacer.failed_here
+        remove_hook(obs, "the pacer no longer gates bucket launches" if agreed else "pacing went off",
+                    rebuild=agreed)
 
 
 def _install_lazy(obs: Any, model: Any) -> None:
@@ -276,9 +282,10 @@ def _install_lazy(obs: Any, model: Any) -> None:
                  "after step %d", obs.step_index)
 
 
-def remove_hook(obs: Any, why: str) -> None:
-    """Stop observing through the lazily installed comm hook: rebuild DDP's reducer without it (or,
-    where that is not safe, leave it as a pass-through) and resume the hook-free probe."""
+def remove_hook(obs: Any, why: str, *, rebuild: bool) -> None:
+    """Stop observing through the lazily installed comm hook: rebuild DDP's reducer without it (only
+    with ``rebuild``: every rank removes it at this step; and where that is safe), else leave it as a
+    pass-through, and resume the hook-free probe."""
     from fabricpace.observe.collectives import group_name
     from fabricpace.observe.ddp_probe import GradHookProbe
 
@@ -289,7 +296,8 @@ def remove_hook(obs: Any, why: str) -> None:
     # The hook's records of ended steps take their sequence numbers first; the probe continues them.
     obs.recorder.drain()
     hook.observing = False  # from now on a pass-through, whatever happens below
-    not_safe = rebuild_blocker(obs, model, hook)
+    not_safe = (rebuild_blocker(obs, model, hook) if rebuild
+                else "pacing went off, perhaps on this rank first: a rebuild needs every rank at one step")
     if not_safe is None:
         try:
             rebuild_reducer(model, hook.hook)

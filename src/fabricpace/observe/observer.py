@@ -165,6 +165,10 @@ class Observer:
         # _next_event = 0: the next step end flushes however long steps are (no per-step cost).
         self._flush_due = False
         self._flush_stop: threading.Event | None = None
+        # Set while a failed step ends (no gather may start inside it) and for good once the observer
+        # is off: _events() then does nothing, whatever the flush timer wrote into _next_event.
+        self._hold_events = False
+        self._events_off = False
         self._clock_thread: threading.Thread | None = None
         self._ctx = StepContext(self)
         self._rank_row: dict[str, Any] = {}
@@ -200,6 +204,7 @@ class Observer:
         except Exception as exc:  # the job must not notice: switch everything off
             self.guard.fail("observer", exc)
             self._switch_off()
+            self._events_off = True
             self._next_event = 1 << 62  # and no window or flush work follows (one compare per step)
 
     # ------------------------------------------------------------------ start
@@ -482,6 +487,11 @@ class Observer:
 
     def _events(self) -> None:
         """Between-step work that is due: flush a chunk, collect a gather, close a window."""
+        if self._events_off:
+            self._next_event = 1 << 62
+            return
+        if self._hold_events:
+            return
         n = self._ended
         cfg = self.config
         if n >= self._next_flush_check or self._flush_due:
@@ -505,7 +515,9 @@ class Observer:
         nxt = min(self._next_flush_check, self._next_window)
         if self._pending_gather is not None:
             nxt = min(nxt, self._gather_due)
-        self._next_event = n + 1 if self._flush_due else max(nxt, n + 1)
+        self._next_event = max(nxt, n + 1)
+        if self._flush_due:  # read after the store: a timer request between the two is not lost
+            self._next_event = n + 1
 
     def _flush_timer(self, interval: float, stop: threading.Event) -> None:
         """Ask for a flush at the next step end once ``interval`` passed since the last part: the
@@ -540,11 +552,11 @@ class Observer:
                                            or not issubclass(exc_type, Exception)):
             self._drop_failed_step()
             return
-        nxt, self._next_event = self._next_event, 1 << 62
+        self._hold_events = True
         try:
             self._end_step()
         finally:
-            self._next_event = nxt
+            self._hold_events = False
 
     def _drop_failed_step(self) -> None:
         if self.closed:

@@ -137,7 +137,7 @@ class SafePacer:
         pacer, self.pacer = self.pacer, None
         self.guard.fail("pacing", exc)
         with contextlib.suppress(Exception):  # it already failed; its close may fail too
-            pacer.close()
+            getattr(pacer, "close_nowait", pacer.close)()
 
     def agree(self, pacing: Any) -> None:
         """``pacing``: (world × 2), each rank's pacer-failed flag and state digest from the window
@@ -183,7 +183,7 @@ class SafePacer:
             pacer, self.pacer = self.pacer, None
             self.guard.stop("pacing", reason)
             with contextlib.suppress(Exception):
-                pacer.close()
+                getattr(pacer, "close_nowait", pacer.close)()
 
     def drop(self, reason: str) -> None:
         """Turn pacing off on this rank: another rank's pacer failed, or the ranks' states differ

@@ -80,9 +80,11 @@ class DecisionLog:
                 self._thread.start()
         self._queue.put(list(decisions))
 
-    def close(self, timeout_s: float = 30.0) -> bool:
+    def close(self, timeout_s: float = 10.0) -> bool:
         """Write what is queued, join every part into pacing.parquet and remove the parts; waits at
-        most ``timeout_s`` (a hung disk must not hang the job's exit). False when it did not finish."""
+        most ``timeout_s`` (a hung disk must not hang the job's exit; the observer's close_timeout_s
+        default). ``timeout_s=0``: do not wait (pacing dropped mid-run, on the training thread): the
+        writer finishes on its own thread. False when it did not finish in time."""
         if self.closed:
             return True
         self.closed = True
@@ -99,6 +101,8 @@ class DecisionLog:
                     log.warning("could not write pacing.parquet (%s)", exc)
             return True
         self._queue.put(None)
+        if timeout_s <= 0:
+            return False
         thread.join(timeout_s)
         if thread.is_alive():
             log.warning("pacing.parquet: the writer did not finish within %.0f s; its parts stay in %s",

@@ -263,13 +263,18 @@ class Pacer:
             text += f" | {self.decisions[-1].reason}"
         return text
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         self.gc.close()
         self.comm.apply(None, 0, 0)
         self._runner.close()
         self._write()
         if self._log is not None:
-            self._log.close()
+            self._log.close() if wait else self._log.close(timeout_s=0)
+
+    def close_nowait(self) -> None:
+        """Close when pacing is dropped mid-run, on the training thread: the decision log's writer
+        finishes on its own thread instead of holding the step (and every peer) while it writes."""
+        self.close(wait=False)
 
     # -------------------------------------------------------------------------------- internals
     def _apply(self, state: PacingState, step: int) -> None:
