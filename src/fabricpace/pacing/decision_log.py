@@ -5,7 +5,8 @@ the previous write on the training thread first: a 200,000-step run with comm ga
 decisions and wrote the file 1,512 times, each time with every earlier row (O(n²) rows written), and
 any slow write held the training thread at the next decision.
 
-Now the training thread only queues the new decisions (``add``: one queue put). A daemon thread
+Now the training thread only queues the new decisions (``add``: one queue put; and when pacing is
+dropped mid-run it does not wait for the writer either, ``close(timeout_s=0)``). A daemon thread
 writes each batch as a part, ``RUN/pacing/rank-00000/part-NNNNNN.parquet`` (atomic, like every chunk),
 so a killed job keeps what was written, and joins the parts into ``pacing.parquet`` whenever the rows
 in parts reach the rows already joined (the file is rewritten at 1, 2, 4, 8 ... rows: at most about
@@ -14,9 +15,9 @@ readers that open it while the run goes on or after a crash). ``close`` joins th
 ``pacing/``: a closed run has one ``pacing.parquet`` with every decision, as before (0 rows when
 pacing decided nothing).
 
-``pacing.parquet``'s schema metadata ``fabricpace.pacing_parts`` names the last part it holds, so a
-reader that also reads leftover parts (a crash between the join and the removal of its parts) takes
-only later ones.
+``pacing.parquet``'s schema metadata ``fabricpace.pacing_parts`` names the last part it holds. No
+reader uses it yet: after a crash, ``load_run`` reads ``pacing.parquet`` only (at least half the
+decisions); a reader that also read the parts left in ``pacing/`` would take only those after it.
 """
 
 from __future__ import annotations
