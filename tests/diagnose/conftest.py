@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,18 @@ def recorded(tmp_path):
         return dst
 
     return copy
+
+
+@pytest.fixture
+def rank_env():
+    """``env(rank, world=2)``: the env:// rendezvous torchrun would set for a real gloo rank on this
+    machine (one free loopback port per test), without its launcher (one torch start-up less)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+
+    def env(rank: int, world: int = 2) -> dict[str, str]:
+        return dict(os.environ, GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                    RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+
+    return env

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -141,30 +139,14 @@ def test_no_one_off_on_the_other_recorded_runs() -> None:
         assert "step_outliers" not in d.runs[0].metrics, run.name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_real_gloo_rank_stopped_3_s_is_one_stall(tmp_path) -> None:
+def test_real_gloo_rank_stopped_3_s_is_one_stall(tmp_path, rank_env) -> None:
     """Two real gloo ranks under the observer; rank 1 is frozen by a real SIGSTOP for 3 s at step 100
     (``jobs/stop_rank.py``). The finding whose loss it is names step 100, rank 1 and ~3 s."""
     run = tmp_path / "run"
-    port = _free_port()
     procs = []
     for rank in range(2):
-        env = dict(
-            os.environ,
-            GLOO_SOCKET_IFNAME="lo",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE="2",
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE="2",
-        )
+        env = rank_env(rank)
         cmd = [
             sys.executable,
             str(Path(__file__).parent / "jobs" / "stop_rank.py"),

@@ -8,8 +8,6 @@ Only the straggler is asserted here: on a shared 2-core machine the other real r
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,30 +19,14 @@ from fabricpace.diagnose import diagnose
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_real_gloo_slow_rank_is_named(tmp_path):
+def test_real_gloo_slow_rank_is_named(tmp_path, rank_env):
     # Two real processes with the env:// rendezvous torchrun would set (without its launcher, which
     # costs one more torch start-up on this machine).
     run = tmp_path / "run"
-    port = _free_port()
     procs = []
     for rank in range(2):
-        env = dict(
-            os.environ,
-            GLOO_SOCKET_IFNAME="lo",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            WORLD_SIZE="2",
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE="2",
-        )
+        env = rank_env(rank)
         cmd = [
             sys.executable,
             str(ROOT / "examples" / "ddp_train.py"),

@@ -19,13 +19,6 @@ SMALL = ["--backend", "sim", "--cluster", "single-switch", "--workload", "resnet
          "--warmup", "2", "--format", "json"]
 
 
-def _row(nodes: int, mode: str, *, repeats: int, cv: float = 0.0122, **kw: Any) -> dict[str, Any]:
-    ci = repeats >= 2
-    return {"nodes": nodes, "mode": mode, "throughput": 1896.6, "cv": cv, "efficiency": 0.942,
-            "throughput_ci": [1838.7, 1954.4] if ci else None, "cv_ci": [0.0, 0.0329] if ci else None,
-            "delta_pct": None if mode == "baseline" else 0.0,
-            "delta_ci_pct": [0.0, 0.0] if ci and mode != "baseline" else None, "repeats": repeats,
-            "steps": 100, "pacing_decisions": None if mode == "baseline" else 0, **kw}
 
 
 def _figures(html: str) -> list[dict[str, Any]]:
@@ -45,8 +38,9 @@ def _figures(html: str) -> list[dict[str, Any]]:
 # --- finding 2: the CV's CI in the figure --------------------------------------------------------
 
 
-def test_the_cv_figure_draws_the_cv_ci_and_starts_at_zero():
-    rows = [_row(4, "baseline", repeats=3, cv=0.0093, cv_ci=[0.0045, 0.0141]), _row(8, "baseline", repeats=3)]
+def test_the_cv_figure_draws_the_cv_ci_and_starts_at_zero(table_row):
+    rows = [table_row(4, "baseline", repeats=3, cv=0.0093, cv_ci=[0.0045, 0.0141]),
+            table_row(8, "baseline", repeats=3)]
     fig = cv_figure(rows).to_plotly_json()
     (trace,) = fig["data"]
     err = trace["error_y"]
@@ -118,7 +112,7 @@ def test_the_timeline_title_names_its_run(one_repeat_study):
     assert title.startswith("Per-rank timeline of the 4-node baseline run, repeat 1 (seed 1), steps "), title
 
 
-def test_with_repeats_the_titles_name_the_ci(tmp_path):
-    rows = [_row(4, "baseline", repeats=3), _row(8, "baseline", repeats=3)]
+def test_with_repeats_the_titles_name_the_ci(tmp_path, table_row):
+    rows = [table_row(4, "baseline", repeats=3), table_row(8, "baseline", repeats=3)]
     for fig in (scaling_figure(rows), cv_figure(rows)):
         assert fig.layout.title.text.endswith("(95% CI over 3 repeats)")

@@ -22,38 +22,31 @@ def _render(rows: list[dict[str, Any]], width: int | None = None) -> str:
     return console.export_text()
 
 
-def _row(nodes: int, mode: str, *, repeats: int, cv: float = 0.0122, **kw: Any) -> dict[str, Any]:
-    ci = repeats >= 2
-    return {"nodes": nodes, "mode": mode, "throughput": 1896.6, "cv": cv, "efficiency": 0.942,
-            "throughput_ci": [1838.7, 1954.4] if ci else None, "cv_ci": [0.0, 0.0329] if ci else None,
-            "delta_pct": None if mode == "baseline" else 0.0,
-            "delta_ci_pct": [0.0, 0.0] if ci and mode != "baseline" else None, "repeats": repeats,
-            "steps": 100, "pacing_decisions": None if mode == "baseline" else 0, **kw}
 
 
 # --- finding 2: the CV's CI ----------------------------------------------------------------------
 
 
-def test_the_table_prints_the_cv_with_its_half_width_when_there_are_repeats():
+def test_the_table_prints_the_cv_with_its_half_width_when_there_are_repeats(table_row):
     # 3 repeats: "CV 0.012" used to stand alone, although its CI [0, 0.033] is three times wider.
-    text = _render([_row(8, "baseline", repeats=3)])
+    text = _render([table_row(8, "baseline", repeats=3)])
     assert "0.012 ± 0.021" in text, text
-    assert "0.012 ±" not in _render([_row(8, "baseline", repeats=1)])
+    assert "0.012 ±" not in _render([table_row(8, "baseline", repeats=1)])
 
 
 # --- finding 11: footnotes and paced rows that decided nothing ------------------------------------
 
 
-def test_the_plus_minus_footnote_stands_only_under_a_plus_minus():
-    one = _render([_row(4, "baseline", repeats=1), _row(4, "paced", repeats=1)])
+def test_the_plus_minus_footnote_stands_only_under_a_plus_minus(table_row):
+    one = _render([table_row(4, "baseline", repeats=1), table_row(4, "paced", repeats=1)])
     assert "±" not in one and "half-width" not in one, one
     assert "1 repeat: no CI" in one
-    three = _render([_row(4, "baseline", repeats=3), _row(4, "paced", repeats=3)])
+    three = _render([table_row(4, "baseline", repeats=3), table_row(4, "paced", repeats=3)])
     assert "± = half-width of the 95% CI" in three
 
 
-def test_a_3_repeat_table_fits_80_columns_without_cutting_numbers():
-    rows = [_row(8, "baseline", repeats=3), _row(8, "paced", repeats=3)]
+def test_a_3_repeat_table_fits_80_columns_without_cutting_numbers(table_row):
+    rows = [table_row(8, "baseline", repeats=3), table_row(8, "paced", repeats=3)]
     text = _render(rows, width=80)
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80, text
     assert "1897 ± 58" in text and "0.012 ± 0.021" in text and "(no change)" in text
