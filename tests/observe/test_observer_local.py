@@ -220,6 +220,7 @@ def test_rank_rows_are_collected_within_one_timeout_in_all(launcher):
     from types import SimpleNamespace
 
     torch = pytest.importorskip("torch")
+    from fabricpace.observe.rank0_files import collect_ranks
     from fabricpace.observe.sidechannel import SideChannel
 
     _launch, free_port = launcher
@@ -228,7 +229,7 @@ def test_rank_rows_are_collected_within_one_timeout_in_all(launcher):
     channel.set_json("rank/0", {"rank": 0, "host": "h"})
     fake = SimpleNamespace(world=20, channel=channel)
     t0 = time.monotonic()
-    rows = Observer._collect_ranks(fake, "rank", 0.3)  # type: ignore[arg-type]
+    rows = collect_ranks(fake, "rank", 0.3)  # type: ignore[arg-type]
     took = time.monotonic() - t0
     assert rows[0]["host"] == "h" and rows[1:] == [{"rank": r} for r in range(1, 20)]
     assert took < 0.3 * 19 / 2

@@ -13,10 +13,10 @@ Lifecycle (every rank runs the same code at the same place):
    ``obs.collective`` add optional detail. No collective, no I/O, no numpy happen here.
 3. once ``flush_every`` steps and ``flush_interval_s`` have passed — the rows, finalized into
    columns, are handed to the chunk writer thread (one queue put).
-4. every ``window`` steps — one fixed-size all-gather of window summaries (``windows.py``), started
-   asynchronously and collected ``gather_lag_steps`` (2) steps later at the same step on every rank;
-   then the pacer reads them, rank 0 prints the status line and updates Prometheus, and every
-   ``clock_every`` steps a background re-alignment starts.
+4. every ``window`` steps (``window_cycle``) — one fixed-size all-gather of window summaries
+   (``windows.py``), started asynchronously and collected ``gather_lag_steps`` (2) steps later at
+   the same step on every rank; then the pacer reads them, rank 0 prints the status line and
+   updates Prometheus, and every ``clock_every`` steps a background re-alignment starts.
 5. close — last chunk, writer drained with a timeout, rank 0 waits (bounded) for every rank to
    report closed, rewrites ranks.parquet with the final clock offsets, writes windows.parquet and
    marks the manifest complete. After an error in the loop nothing waits for a peer (``shutdown``):
@@ -41,8 +41,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fabricpace._errors import ConfigError
 from fabricpace.observe import (
     align,
@@ -51,28 +49,27 @@ from fabricpace.observe import (
     ddp_instrument,
     gather_wait,
     locality,
+    rank0_files,
     startup,
+    window_cycle,
     windows,
 )
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.clocks import CpuClock, CpuTimeline, EventTimeline, clock_shift_ns
 from fabricpace.observe.config import ObserverConfig
-from fabricpace.observe.pacer import SafePacer, check_pacing, load_pacer, pacing_mode
+from fabricpace.observe.pacer import SafePacer, check_pacing, load_pacer
 from fabricpace.observe.recorder import Recorder
 from fabricpace.observe.shutdown import abandon_gather, bounded, failure_reason, finish_rank0
 from fabricpace.observe.sidechannel import SideChannel, default_store, job_store, session_token
 from fabricpace.observe.spans import Span, StepContext
 from fabricpace.observe.window_log import WindowLog
-from fabricpace.run.manifest import Manifest, write_manifest
+from fabricpace.run.manifest import Manifest
 from fabricpace.run.window import WindowSummary
-from fabricpace.run.writer import write_table_atomic
 
 _HISTORY_WINDOWS = 64
 # ... and at most this many rows in all (64 windows up to 2,048 ranks, 8 at 16,384): a window of
 # 16,384 ranks is a 3.3 MB matrix, and 64 of them would hold 210 MB on every rank.
 _HISTORY_ROWS = 131_072
-# Floats appended to each rank's window vector for pacing: failed flag, state digest, batch_share used.
-_PACING_FIELDS = 3
 
 RUN_DIR_ENV = "FABRICPACE_RUN_DIR"
 _SESSIONS = [0]  # observe() calls in this process: every rank counts the same, so prefixes agree
@@ -93,6 +90,8 @@ def _check_comm_hook(model: Any, comm_hook: Any) -> None:
 
 class Observer:
     """Records steps and collectives of this rank into a run directory. Use ``observe()`` to build one."""
+
+    _manifest: Manifest  # rank 0, once its files were first written (rank0_files); absent otherwise
 
     def __init__(
         self,
@@ -278,7 +277,7 @@ class Observer:
         self._publish_rank()
         self._save_topology()
         if self.rank == 0:
-            self._write_rank0_files(complete=False, model=model, pacing=pacing)
+            rank0_files.write_rank0_files(self, complete=False, model=model, pacing=pacing)
         try:
             self.pacer = SafePacer(
                 load_pacer(pacing, rank=self.rank, world=self.world, run_dir=self.run_dir, window=cfg.window),
@@ -380,48 +379,6 @@ class Observer:
                 os.replace(tmp, path)
         except Exception as exc:
             self.guard.fail("locality", exc)
-
-    def _collect_ranks(self, prefix: str, timeout_s: float) -> list[dict[str, Any]]:
-        """Every rank's row, waiting at most ``timeout_s`` in all: with a per-key timeout, 100 ranks
-        that never reported would hold rank 0 for 100 timeouts."""
-        rows = []
-        deadline = time.monotonic() + timeout_s
-        for r in range(self.world):
-            try:
-                rows.append(self.channel.get_json(f"{prefix}/{r}", max(0.01, deadline - time.monotonic())))
-            except Exception:  # a rank that never reported keeps the row it had at start, else nulls
-                rows.append(getattr(self, "_start_rows", {}).get(r, {"rank": r}))
-        return rows
-
-    def _write_rank0_files(self, *, complete: bool, model: Any = None, pacing: Any = None) -> None:
-        """Rank 0: ranks.parquet and manifest.json (atomic files; a failure turns writing off)."""
-        if not self.sink.enabled:
-            return
-        try:
-            rows = self._collect_ranks("rank", self.config.store_timeout_s if not complete else 1.0)
-            if not complete:
-                self._start_rows = {r: row for r, row in enumerate(rows) if len(row) > 1}
-            hosts: list[str] = []
-            for row in rows:
-                if row.get("host") is not None and row["host"] not in hosts:
-                    hosts.append(row["host"])
-            for row in rows:
-                if row.get("node") is None and row.get("host") in hosts:
-                    row["node"] = hosts.index(row["host"])
-            write_table_atomic(self.run_dir / "ranks.parquet", startup.ranks_table(rows))
-            if not complete:
-                per_node = rows[0].get("local_world_size") or max(self.world // max(len(hosts), 1), 1)
-                self._manifest = Manifest(
-                    source="observer", world_size=self.world, nodes=max(len(hosts), 1),
-                    gpus_per_node=int(per_node),
-                    workload=startup.workload(model),
-                    pacing={"mode": pacing_mode(pacing)},
-                    extra={"observer": {k: getattr(self.config, k) for k in self.config.__dataclass_fields__},
-                           "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)"},
-                )
-            write_manifest(self.run_dir, self._manifest)
-        except Exception as exc:
-            self.guard.fail("writing", exc)
 
     # ------------------------------------------------------------------ hot path
     def step(self, samples: int = 0) -> StepContext:
@@ -607,143 +564,10 @@ class Observer:
         self.sink.submit({"steps": s, "collectives": c, "ops": o}, self.base_ns)
 
     def _window(self) -> None:
-        """Close a window: build this rank's vector and start the gather (asynchronous when
-        distributed; it is collected `gather_lag_steps` steps later, at the same step on every rank)."""
-        if not self.guard.ok("gather"):
-            return
-        if self._pending_gather is not None:
-            self._finish_gather()  # windows shorter than the lag: collect the previous one first
-        cfg = self.config
-        try:
-            steps, colls = self.recorder.take_window() if self.recording else ([], [])  # type: ignore[assignment]
-            row = windows.local_vector(rank=self.rank, window=self._windows_closed, steps=steps,
-                                       colls=colls, base_ns=self.base_ns, slots=cfg.arrival_slots,
-                                       leaf=getattr(self, "_leaf", -1.0))
-            # Two more floats: 1 when this rank's pacer went off after a failure, and a digest of its
-            # pacing state. Every rank decides from the same gathered windows, so the states agree;
-            # should they not (a rank-local failure, or float results that differ between hosts),
-            # every rank drops pacing at the same window and their batch shares agree again.
-            # A third: whether this rank's loop takes its batch from obs.batch_share (rebalance needs it).
-            vec = np.append(row, [1.0 if self.pacer.failed_here else 0.0, self.pacer.digest(),
-                                  1.0 if self.pacer.shares_asked else 0.0])
-            if self.rank == 0 and (cfg.status_line or self._metrics is not None):
-                self._note_wall(self._windows_closed, steps)
-            self._windows_closed += 1
-            if self.distributed:
-                import torch
-
-                if self._gather_buf is None or self._gather_buf[0].shape[1] != vec.size:
-                    # Allocated once: the previous gather is always collected before the next starts.
-                    big = torch.empty(self.world, vec.size, dtype=torch.float64)
-                    self._gather_buf = (big, list(big.unbind(0)), torch.empty(vec.size, dtype=torch.float64))
-                big, out, mine = self._gather_buf
-                mine.numpy()[:] = vec
-                work = self._all_gather(out, mine, group=self._group, async_op=True)
-                self._pending_gather = (work, big, self.step_index)
-                self._gather_due = self._ended + cfg.gather_lag_steps
-                if cfg.gather_lag_steps == 0:
-                    self._finish_gather()
-                return
-            summaries = windows.cross_rank(vec[None, :-_PACING_FIELDS], cfg.arrival_slots)
-        except Exception as exc:
-            self.guard.fail("gather", exc)
-            return
-        self._use_window(summaries, vec[None, -_PACING_FIELDS:])
+        window_cycle.close_window(self)
 
     def _finish_gather(self) -> None:
-        """Wait for the pending gather (bounded by the group's timeout) and use its summaries."""
-        pending, self._pending_gather = self._pending_gather, None
-        if pending is None or not self.guard.ok("gather"):
-            return
-        work, out, _ = pending
-        try:
-            # Not a plain work.wait(): a peer that stopped observing (DDP Join's uneven inputs, an
-            # early close) never joins, and the wait would hold training for gather_timeout_s.
-            gone = gather_wait.wait_gather(work, self.channel if self.distributed else None,
-                                           self._windows_closed - 1, self.config.gather_timeout_s)
-            if gone is not None:
-                # Every remaining rank gives up at this same gather (none can complete it), so pacing
-                # goes off at the same step everywhere and the ranks' decisions still agree.
-                if gone.startswith("the window gather did not complete"):
-                    self.guard.fail("gather", gone)
-                    self.pacer.drop("window summaries stopped: " + gone)
-                else:  # a peer left (Join, an early close): no failure, the summaries just end
-                    self.guard.stop("gather", gone)
-                    self.pacer.stop("no more window summaries")
-                return
-            matrix = out.numpy()  # (world × length): summary fields, arrival block, _PACING_FIELDS
-            summaries = windows.cross_rank(matrix[:, :-_PACING_FIELDS], self.config.arrival_slots)
-        except Exception as exc:
-            self.guard.fail("gather", exc)
-            return
-        self._use_window(summaries, matrix[:, -_PACING_FIELDS:])
-
-    def _use_window(self, summaries: Sequence[WindowSummary], pacing: Any = None) -> None:
-        """``pacing``: (world × 3) per rank, its pacer-failed flag, its state digest and whether its
-        loop takes the batch from ``obs.batch_share``."""
-        cfg = self.config
-        if pacing is not None:
-            self.pacer.agree(pacing)
-        self.summaries = summaries
-        self.window_history.append(summaries)
-        if self._window_log is not None:
-            self._window_log.add(summaries)
-        self._window_index += 1
-        self.pacer.on_window(self.step_index, summaries)
-        self._plan_window()
-        if self._lazy_hook:
-            ddp_instrument.maybe_install_hook(self)
-        if self.rank == 0:
-            self._report(summaries)
-        if (self._clock_jobs is not None and cfg.clock_every > 0
-                and (self.step_index + 1) % cfg.clock_every < cfg.window):
-            self._clock_jobs.put(self._window_index)
-
-    def _plan_window(self) -> None:
-        """Close the open window early when the pacer asks (a rebalance trial's short first ON window;
-        every rank's controller decides the same). A rank whose pacer failed alone in this window
-        cannot know whether its peers close early: it leaves the window gathers, as a rank that
-        joined under DDP's Join does, so their next gather ends at once instead of waiting for a
-        contribution that would come at another step (with DDP between them, never)."""
-        known, end = self.pacer.next_window()
-        if not known and self.distributed:
-            self._joined("pacing failed on this rank alone")
-            self.guard.stop("gather", "pacing failed on this rank; window summaries end here")
-            self.pacer.drop("its controller did not return in time on this rank")
-        elif end is not None and end < self._next_window:
-            self._next_window = max(self._ended + 1, end)
-            self._next_event = min(self._next_event, self._next_window)
-
-    def _note_wall(self, window: int, steps: Any) -> None:
-        """Rank 0, once per window: the wall time the window covered, from the previous window's last
-        step end (the first window: its first step's start) to its last step end. The time between
-        steps (evaluation, checkpoints, logging) is in it, so the status line's rate is the job's
-        real rate, not the rate while inside steps. Two stamps read from the window's step rows."""
-        if not len(steps):  # nothing recorded in this window: the next one counts from its own start
-            self._last_window_end = None
-            return
-        first, last = int(steps[0][1]), int(steps[-1][2])
-        start = self._last_window_end if self._last_window_end is not None else first
-        self._last_window_end = last
-        walls = self._window_walls
-        walls[window] = last - start
-        if len(walls) > 8:  # windows whose summaries never arrived (a failed gather)
-            del walls[min(walls)]
-
-    def _report(self, summaries: Sequence[WindowSummary]) -> None:
-        from fabricpace.observe.status import print_status, status_line, window_stats
-
-        if not self.config.status_line and self._metrics is None:
-            return  # nobody reads the fleet view
-        try:
-            wall = self._window_walls.pop(int(summaries[0].window), None) if len(summaries) else None
-            stats = window_stats(summaries, wall)
-            if self.config.status_line:
-                print_status(status_line(stats, self.pacer.status()))
-            if self._metrics is not None:
-                self._metrics.update(stats, summaries)
-        except Exception as exc:
-            self.guard.fail("status", exc)
+        window_cycle.finish_gather(self)
 
     # ------------------------------------------------------------------ clock re-alignment
     def _clock_loop(self) -> None:

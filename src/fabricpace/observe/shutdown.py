@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fabricpace.observe import rank0_files
 from fabricpace.observe._guard import LOG, Guard
 from fabricpace.observe.sidechannel import SideChannel
 
@@ -103,4 +104,4 @@ def finish_rank0(obs: Any, reason: str | None, *, wait: bool) -> None:
         manifest.extra["failed_steps"] = list(obs.failed_steps)  # rank 0's, not written as steps
     if reason is not None:
         manifest.extra["error"] = reason
-    obs._write_rank0_files(complete=True)
+    rank0_files.write_rank0_files(obs, complete=True)
