@@ -119,3 +119,35 @@ def test_a_run_without_decisions_has_an_empty_pacing_table(tmp_path, summaries):
     p.on_window(49, summaries(0))
     p.close()
     assert p.decisions == [] and pq.read_table(tmp_path / "pacing.parquet").num_rows == 0
+
+
+def test_a_run_that_did_not_close_is_read_with_its_leftover_parts(tmp_path, summaries):
+    """A job killed before close: load_run reads pacing.parquet and the parts after the last one it
+    holds, so every decision that reached a part is read, once (before: pacing.parquet only)."""
+    from fabricpace.run.manifest import Manifest, write_manifest
+    from fabricpace.run.reader import load_run
+
+    write_manifest(tmp_path, Manifest(source="observer", world_size=4, nodes=1, gpus_per_node=4))
+    p = _pacer(tmp_path)
+    for _ in _comm_kept(p, summaries, 40):
+        pass
+    n = len(p.decisions)
+    parts_dir = tmp_path / "pacing" / "rank-00000"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the writer thread catches up (no close: the job was killed)
+        try:
+            joined = pq.read_table(tmp_path / "pacing.parquet").num_rows
+            in_parts = sum(pq.read_table(f).num_rows for f in parts_dir.glob("part-*.parquet"))
+        except FileNotFoundError:
+            continue
+        if joined + in_parts == n:
+            break
+        time.sleep(0.05)
+    assert in_parts > 0 and joined + in_parts == n, (joined, in_parts, n)
+    run = load_run(tmp_path, tables=("pacing",))
+    got = [(r["step"], r["policy"], r["action"], r["reason"]) for r in run.pacing.iter_rows(named=True)]
+    assert got == [(d.step, d.policy, d.action, d.reason) for d in p.decisions]
+    assert any("left in" in w and "pacing" in w for w in run.warnings), run.warnings
+    p.close()
+    closed = load_run(tmp_path, tables=("pacing",))  # closed: pacing.parquet alone, no warning
+    assert closed.pacing.height == n and not any("left in" in w for w in closed.warnings)

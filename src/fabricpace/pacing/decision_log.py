@@ -15,9 +15,9 @@ readers that open it while the run goes on or after a crash). ``close`` joins th
 ``pacing/``: a closed run has one ``pacing.parquet`` with every decision, as before (0 rows when
 pacing decided nothing).
 
-``pacing.parquet``'s schema metadata ``fabricpace.pacing_parts`` names the last part it holds. No
-reader uses it yet: after a crash, ``load_run`` reads ``pacing.parquet`` only (at least half the
-decisions); a reader that also read the parts left in ``pacing/`` would take only those after it.
+``pacing.parquet``'s schema metadata ``fabricpace.pacing_parts`` names the last part it holds: after
+a crash, ``load_run`` reads ``pacing.parquet`` and the parts left in ``pacing/`` after that one, so
+it has every decision that reached a part (and warns that some came from leftover parts).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fabricpace.pacing.state import Decision
+from fabricpace.run.schema import PACING_PARTS_KEY
 
 log = logging.getLogger("fabricpace.pacing")
 
-PARTS_KEY = b"fabricpace.pacing_parts"  # schema metadata: the last part joined into pacing.parquet
+PARTS_KEY = PACING_PARTS_KEY  # schema metadata: the last part joined into pacing.parquet
 
 
 def decisions_table(decisions: Sequence[Decision]):  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from fabricpace._errors import RunDirError
 from fabricpace.run.coverage import Coverage, read_footer, step_coverage
 from fabricpace.run.manifest import Manifest, read_manifest
-from fabricpace.run.schema import TABLES
+from fabricpace.run.schema import PACING_PARTS_KEY, TABLES
 
 
 @dataclass(kw_only=True)
@@ -149,6 +149,37 @@ def _read_parts(
     return pl.concat(frames, how="diagonal_relaxed")
 
 
+def _pacing_files(path: Path, warnings: list[str]) -> list[Path]:
+    """pacing.parquet and, when the run did not close, the parts its decision log left in pacing/
+    after the last one joined into pacing.parquet (``PACING_PARTS_KEY``): pacing.parquet alone holds
+    only the decisions up to its last rewrite (at least half of them)."""
+    single = path / "pacing.parquet"
+    files = [single] if single.is_file() else []
+    parts = part_files(path / "pacing", warnings)
+    if not parts:
+        return files
+    last = -1
+    if files:
+        try:
+            meta = pq.read_schema(single).metadata or {}
+            last = int(meta.get(PACING_PARTS_KEY, b"-1"))
+        except (OSError, pa.ArrowInvalid, ValueError):
+            last = -1  # (an unreadable pacing.parquet is skipped with its own warning)
+    later = []
+    for f in parts:
+        try:
+            number = int(f.stem.split("-")[-1])
+        except ValueError:
+            continue
+        if number > last:
+            later.append(f)
+    if later:
+        warnings.append(f"{path}: pacing decisions also read from {len(later)} part(s) left in "
+                        f"{path / 'pacing'} (the run did not close; they were not yet joined into "
+                        "pacing.parquet)")
+    return files + later
+
+
 def _rank_ids(path: Path, frame: pl.DataFrame | None) -> list[int]:
     """The ranks ranks.parquet lists (from the loaded frame, else its rank column)."""
     if frame is None:
@@ -219,6 +250,8 @@ def load_run(
             continue
         if chunked:
             files = part_files(path / name, warnings)
+        elif name == "pacing":
+            files = _pacing_files(path, warnings)
         else:
             single = path / f"{name}.parquet"
             files = [single] if single.is_file() else []

@@ -84,6 +84,10 @@ COLLECTIVE_COLUMNS = tuple(COLLECTIVE_SCHEMA.names)
 OPS_COLUMNS = tuple(OPS_SCHEMA.names)
 PACING_COLUMNS = tuple(PACING_SCHEMA.names)
 
+# pacing.parquet's schema metadata: the number of the last part of RUN/pacing/rank-*/ joined into it
+# (pacing/decision_log.py). A run that did not close leaves the later parts there; readers add them.
+PACING_PARTS_KEY = b"fabricpace.pacing_parts"
+
 # Table name -> (schema, stored as a chunked folder?)
 TABLES: dict[str, tuple[pa.Schema, bool]] = {
     "ranks": (RANK_SCHEMA, False),
