@@ -365,3 +365,13 @@ def test_a_move_whose_straggler_persists_is_judged_by_the_guard_alone(summaries)
         100, summaries(1, step_ms=108, compute_ms=on, samples=samples, last=[15.0, 5.0, 15.0, 15.0])
     )
     assert dec == [] and ctl.guard.trial is not None
+
+
+def test_controller_memory_does_not_grow_with_healthy_windows(summaries):
+    # The drift estimate reads the latest guard_drift_windows + 1 untreated windows; the controller
+    # kept every window it ever saw (~72 B each: 20,000 windows of a 1M-step run, for nothing).
+    ctl = Controller(4)
+    for w in range(300):
+        ctl.update((w + 1) * 50, summaries(w, step_ms=100 + (w % 3)))
+    assert len(ctl._untreated) <= ctl.config.guard_drift_windows + 1
+    assert ctl._drift_sd() > 0  # (the windows it needs are still there)

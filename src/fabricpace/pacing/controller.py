@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -83,7 +84,10 @@ class Controller:
         self._transfers: list[float] = []  # transfer per step of every ungated window so far
         # (kept state, step time) of windows run without a trial: their window-to-window changes
         # measure how much the host drifts between windows (the guard's between-window noise).
-        self._untreated: list[tuple[PacingState, float, int]] = []  # (state, step time, window index)
+        # (state, step time, window index) of the latest untreated windows: the drift estimate reads
+        # only these (a list of every window grew ~72 B per window for the whole run)
+        self._untreated: deque[tuple[PacingState, float, int]] = deque(
+            maxlen=self.config.guard_drift_windows + 1)
         # Buckets the comm gate can hold per step (DDP's buckets, told by the observer; None = not
         # known, no limit). With no more buckets than the in-flight window it would set, the gate
         # never holds a launch: comm is then never tried (its trial would cost control windows and,
@@ -278,7 +282,7 @@ class Controller:
         inside each window (what the within-window CI sees) but also how much the host changes from
         one window to the next — on a shared machine, other jobs starting and stopping. Consecutive
         windows without a trial measure exactly that pair noise."""
-        h = self._untreated[-(self.config.guard_drift_windows + 1) :]
+        h = list(self._untreated)  # (the last guard_drift_windows + 1, by the deque's maxlen)
         # Only windows that follow each other: two untreated windows with a trial between them differ
         # by whatever changed over the trial (a straggler that came and went), not by drift.
         d = [
