@@ -23,7 +23,7 @@ from fabricpace._yaml import first_error, load_yaml_text, read_text, unknown_key
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "clusters"
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class IntraNode(BaseModel):
