@@ -32,3 +32,49 @@ def test_non_finite_cluster_values_are_refused(cli, refused, tmp_path, section, 
     path.write_text(path.read_text().replace(f"{field}: 1.0", f"{field}: {text}"))
     r = cli("collective", "--cluster", str(path), "--nodes", "2", "--sizes", "1G")
     refused(r, str(path), f"{section}.{field}", "finite")
+
+
+# ---- finding 3: forced algorithm / protocol combinations NCCL cannot run -------------------------------
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--op", "all_to_all", "--algorithm", "ring"), ("'ring'", "all_to_all", "p2p")),
+        (("--op", "broadcast", "--algorithm", "p2p"), ("'p2p'", "broadcast")),
+        (("--algorithm", "p2p"), ("'p2p'", "all_reduce")),
+        (("--algorithm", "nvls", "--nodes", "1", "--cluster", "PCIE"), ("'nvls'", "pcie")),
+        (("--algorithm", "nvls_tree", "--cluster", "NONVLS"), ("'nvls_tree'", "tuning.nvls is false")),
+        (("--algorithm", "nvls_tree", "--protocol", "LL"), ("'LL'", "'nvls_tree'", "Simple")),
+        (("--algorithm", "nvls", "--nodes", "1", "--protocol", "LL128"), ("'LL128'", "'nvls'", "Simple")),
+        (("--protocol", "LL128", "--cluster", "PCIE"), ("'LL128'", "pcie")),
+        (("--protocol", "ll128", "--algorithm", "ring", "--cluster", "PCIE"), ("'LL128'", "pcie")),
+    ],
+)
+def test_forced_combinations_nccl_cannot_run_are_refused(cli, refused, tmp_path, args, needles):
+    pcie = _cluster_file(tmp_path, "pcie.yaml", intra_node={"kind": "pcie"})
+    nonvls = _cluster_file(tmp_path, "nonvls.yaml", tuning={"nvls": False})
+    args = tuple({"PCIE": str(pcie), "NONVLS": str(nonvls)}.get(a, a) for a in args)
+    if "--nodes" not in args:
+        args += ("--nodes", "4")
+    r = cli("collective", "--sizes", "1G", "--format", "csv", *args)
+    refused(r, *needles)
+
+
+def test_protocol_is_case_insensitive_and_valid_combinations_still_run(cli):
+    r = cli(
+        "collective", "--nodes", "4", "--sizes", "1G", "--format", "csv", "--protocol", "ll128",
+        "--algorithm", "RING",
+    )
+    assert r.returncode == 0, r.stderr
+    row = r.stdout.splitlines()[1].split(",")
+    assert row[4:6] == ["ring", "LL128"]
+    r = cli("collective", "--nodes", "4", "--sizes", "1G", "--format", "csv", "--op", "all_to_all",
+            "--algorithm", "p2p")
+    assert r.returncode == 0, r.stderr
+
+
+def test_help_lists_what_algorithm_accepts(cli):
+    r = cli("collective", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.replace("│", " ").split())
+    for needle in ("all_to_all p2p", "nvls_tree", "hierarchical", "LL|LL128|Simple", "any case"):
+        assert needle in text, needle

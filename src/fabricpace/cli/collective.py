@@ -50,9 +50,16 @@ def register(app: typer.Typer) -> None:
         sizes: str = typer.Option("32M,128M,1G,8G", "--sizes", help="sizes as nccl-tests counts them"),
         gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs used per node"),
         algorithm: str | None = typer.Option(
-            None, "--algorithm", help="force ring|tree|nvls|nvls_tree|hierarchical (all_reduce)"
+            None, "--algorithm",
+            help="force an algorithm (NCCL_ALGO): all_reduce ring|tree|nvls (1 node)|nvls_tree|hierarchical; "
+            "all_gather, reduce_scatter, broadcast ring; all_to_all p2p. nvls and nvls_tree need an NVSwitch "
+            "with tuning.nvls: true",
         ),
-        protocol: str | None = typer.Option(None, "--protocol", help="force LL|LL128|Simple"),
+        protocol: str | None = typer.Option(
+            None, "--protocol",
+            help="force a protocol (NCCL_PROTO, any case): LL|LL128|Simple; LL128 needs NVLink (not pcie); "
+            "nvls, nvls_tree and hierarchical run Simple only",
+        ),
         calibrate: list[str] | None = typer.Option(
             None, "--calibrate",
             help="nccl-tests logs to fit the model to: --calibrate a.log b.log (or logs/*.log), "

@@ -259,7 +259,7 @@ def _candidates(cluster: Cluster, op: str, nodes: int, g: int) -> list[str]:
         return ["p2p"]
     if op != "all_reduce":
         return ["ring"]
-    nvls = cluster.tuning.nvls and cluster.intra_node.kind == "nvswitch" and g > 1
+    nvls = _has_nvls(cluster, g)
     if nodes == 1:
         return ["ring", "nvls"] if nvls else ["ring"]
     return ["ring", "nvls_tree" if nvls else "tree"]
@@ -406,6 +406,8 @@ def _select(
     nom = _nominal(cluster)
     fab = _fabric(nom, nodes, None)
     algs = [algorithm] if algorithm else _candidates(cluster, op, nodes, g)
+    if protocol and not algorithm:  # NCCL_PROTO=LL leaves out the algorithms that run Simple only (NVLS)
+        algs = [a for a in algs if protocol in _protocols(cluster, a)] or algs
     best: tuple[float, str, str] | None = None
     for a in algs:
         nominal = _plan(fab, op, nodes, g, a, "Simple", True)
@@ -422,6 +424,64 @@ def selected_plan(cluster: Cluster, op: str, nbytes: float, nodes: int, g: int) 
     return _select(cluster, op, float(nbytes), nodes, g, None, None)
 
 
+def _has_nvls(cluster: Cluster, g: int) -> bool:
+    """NVLink SHARP can run: an NVSwitch node with ``tuning.nvls`` and more than one GPU per node."""
+    return cluster.tuning.nvls and cluster.intra_node.kind == "nvswitch" and g > 1
+
+
+def check_forced(
+    cluster: Cluster, op: str, nodes: int, g: int, algorithm: str | None, protocol: str | None
+) -> tuple[str | None, str | None]:
+    """A forced algorithm / protocol (``NCCL_ALGO`` / ``NCCL_PROTO``, any case) in its canonical spelling;
+    InputError for a combination NCCL cannot run (or the model does not have): ``p2p`` is all-to-all's
+    only algorithm and all-to-all's only one; tree, NVLS, NVLS-tree and hierarchical are all-reduce
+    algorithms; NVLS and NVLS-tree need an NVSwitch with ``tuning.nvls`` and run the Simple protocol only
+    (as does the hierarchical all-reduce here); LL128 needs NVLink (NCCL disables it on PCIe)."""
+    if algorithm is not None:
+        canon = {a.lower(): a for a in ALGORITHMS}.get(algorithm.lower())
+        if canon is None:
+            raise InputError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        algorithm = canon
+    if protocol is not None:
+        canon = {p.lower(): p for p in PROTOCOLS}.get(protocol.lower())
+        if canon is None:
+            raise InputError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)} (any case)")
+        protocol = canon
+    where = f"cluster {cluster.name!r}"
+    if op == "all_to_all" and algorithm not in (None, "p2p"):
+        raise InputError(
+            f"algorithm {algorithm!r}: all_to_all runs as point-to-point sends to every peer (p2p), NCCL "
+            "has no other algorithm for it; use --algorithm p2p or leave it out"
+        )
+    if algorithm == "p2p" and op != "all_to_all":
+        more = " (or tree, nvls_tree, hierarchical)" if op == "all_reduce" else ""
+        raise InputError(f"algorithm 'p2p' is all_to_all's; use ring for {op}{more}")
+    if algorithm and algorithm not in ("ring", "p2p") and op != "all_reduce":
+        raise InputError(f"algorithm {algorithm!r} is modelled for all_reduce only; use ring for {op}")
+    if algorithm == "nvls" and nodes > 1:
+        raise InputError("algorithm 'nvls' is single-node; use nvls_tree across nodes")
+    if algorithm in ("nvls", "nvls_tree") and not _has_nvls(cluster, g):
+        kind = cluster.intra_node.kind
+        why = f"its nodes have {kind}, not an NVSwitch" if kind != "nvswitch" else (
+            "tuning.nvls is false" if not cluster.tuning.nvls else f"{g} GPU per node"
+        )
+        raise InputError(
+            f"algorithm {algorithm!r} needs NVLink SHARP (an NVSwitch with tuning.nvls: true and 2+ GPUs per "
+            f"node); {where}: {why}; use ring or tree"
+        )
+    if protocol is not None and protocol != "Simple" and algorithm in ("nvls", "nvls_tree", "hierarchical"):
+        raise InputError(
+            f"protocol {protocol!r} with algorithm {algorithm!r}: it runs the Simple protocol only; use "
+            "--protocol Simple or leave it out"
+        )
+    if protocol == "LL128" and cluster.intra_node.kind == "pcie":
+        raise InputError(
+            f"protocol 'LL128' needs NVLink (NCCL disables it on PCIe); {where} has intra_node.kind pcie: "
+            "use LL or Simple"
+        )
+    return algorithm, protocol
+
+
 def _choose(
     fab: _Fabric,
     op: str,
@@ -433,14 +493,7 @@ def _choose(
     order: tuple[int, ...] | None = None,
 ) -> _Plan:
     spray = fab.cluster.network.routing != "ecmp"
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise InputError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise InputError(f"protocol {protocol!r}: choose one of {', '.join(PROTOCOLS)}")
-    if algorithm and algorithm not in ("ring", "p2p") and op != "all_reduce":
-        raise InputError(f"algorithm {algorithm!r} is modelled for all_reduce only; use ring for {op}")
-    if algorithm == "nvls" and nodes > 1:
-        raise InputError("algorithm 'nvls' is single-node; use nvls_tree across nodes")
+    algorithm, protocol = check_forced(fab.cluster, op, nodes, g, algorithm, protocol)
     alg, proto = _select(fab.cluster, op, float(nbytes), nodes, g, algorithm, protocol)
     # NCCL's choice does not depend on the order of the nodes; only the flows of the chosen plan do.
     return _plan(fab, op, nodes, g, alg, proto, spray, order)
