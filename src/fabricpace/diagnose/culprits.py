@@ -25,7 +25,9 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
+from fabricpace.diagnose.arrivals import index_of
 from fabricpace.diagnose.config import DiagnoseConfig
 from fabricpace.diagnose.metrics import RunMetrics
 from fabricpace.diagnose.stats import binomial_z, loo_median, nanmedian, whatif_saving
@@ -236,11 +238,10 @@ def scan(m: RunMetrics, late: np.ndarray, cfg: DiagnoseConfig) -> CulpritScan:
     )
 
 
-def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per culprit row: mean over steps of each step component (compute, data, gc, paced) above the
-    per-step median of the non-culprit ranks it synchronizes with (``RunMetrics.sets``; all
-    non-culprit ranks when it has none) — what each culprit spends its extra time on. One reference
-    median per set and component, so this is vectorized over a set's culprits."""
+def excess_rows(m: RunMetrics, rows: np.ndarray, mats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per culprit row: mean over steps of each [R, S] matrix in ``mats`` above the per-step median of
+    the non-culprit ranks it synchronizes with (``RunMetrics.sets``; all non-culprit ranks when it has
+    none). One reference median per set and matrix, so this is vectorized over a set's culprits."""
     out: dict[str, np.ndarray] = {}
     everyone = np.setdiff1d(np.arange(m.n_ranks), rows)
     if everyone.size == 0 or rows.size == 0:
@@ -251,10 +252,7 @@ def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarr
         if pos.size:
             peers = np.setdiff1d(st, rows)
             groups.append((pos, peers if peers.size else everyone))
-    for name in ("compute", "data", "gc", "paced"):
-        comp = m.components.get(name)
-        if comp is None:
-            continue
+    for name, comp in mats.items():
         vals = np.full(rows.size, np.nan)
         for pos, ref_rows in groups:
             ref = nanmedian(comp[ref_rows], axis=0)
@@ -262,6 +260,47 @@ def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarr
                 vals[pos] = np.nanmean(comp[rows[pos]] - ref, axis=1)
         out[name] = vals
     return out
+
+
+def component_excess_rows(m: RunMetrics, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per culprit row: each step component (compute, data, gc, paced) above its peers' (``excess_rows``)
+    — what each culprit spends its extra time on."""
+    names = ("compute", "data", "gc", "paced")
+    return excess_rows(m, rows, {k: m.components[k] for k in names if k in m.components})
+
+
+def p2p_waits(m: RunMetrics) -> tuple[np.ndarray, np.ndarray] | None:
+    """Waits in point-to-point transfers between two ranks (pipeline sends/receives): ([R, S] time each
+    rank waited for its peer in them per step, [R, R] total wait of row i on row j over the used steps);
+    None when the run has none. Of a pair, the rank that entered first waits for the other, by the gap
+    (the instance's ``skew_ns``, on either arrival basis). Groups with more than two members are left
+    out: who waited for whom cannot be told there."""
+    inst, mem = m.instances, m.members
+    if inst is None or mem is None or not {"p2p", "skew_ns", "last_rank"} <= set(inst.columns):
+        return None
+    p = inst.filter(pl.col("p2p") & (pl.col("n") == 2) & pl.col("skew_ns").is_not_null())
+    if p.height == 0:
+        return None
+    pairs = (
+        mem.select(pl.col("group").cast(pl.String), pl.col("rank").cast(pl.Int64))
+        .unique()
+        .filter(pl.len().over("group") == 2)
+    )
+    rows = p.select(
+        pl.col("group").cast(pl.String), "step", pl.col("last_rank").cast(pl.Int64), "skew_ns"
+    ).join(pairs, on="group", how="inner").filter(pl.col("rank") != pl.col("last_rank"))
+    if rows.height == 0:
+        return None
+    waiter = index_of(rows["rank"].to_numpy(), m.ranks)
+    source = index_of(rows["last_rank"].to_numpy(), m.ranks)
+    step = index_of(rows["step"].to_numpy().astype(np.int64), m.steps)
+    gap = np.clip(rows["skew_ns"].cast(pl.Float64).to_numpy(), 0, None)
+    ok = (waiter >= 0) & (source >= 0) & (step >= 0)
+    per_step = np.zeros((m.n_ranks, m.n_steps))
+    np.add.at(per_step, (waiter[ok], step[ok]), gap[ok])
+    on = np.zeros((m.n_ranks, m.n_ranks))
+    np.add.at(on, (waiter[ok], source[ok]), gap[ok])
+    return per_step, on
 
 
 def component_excess(m: RunMetrics, rows: np.ndarray) -> dict[str, float]:

@@ -104,6 +104,10 @@ def _note_left_out(
     named_ranks = {
         r for f in findings if f.mode in ("persistent_straggler", "input_stall") for r in f.culprits.ranks
     }
+    # Ranks a finding names as late only through a pipeline peer (persistent_straggler.downstream).
+    named_ranks |= {
+        int(r) for f in findings if f.run == m.path for r in (f.evidence.get("downstream_ranks") or {})
+    }
     out = persistent_straggler.left_out(m, sc, named_ranks, cfg)
     if out is None:
         return

@@ -14,7 +14,13 @@ import numpy as np
 
 from fabricpace.diagnose import one_off, per_sample
 from fabricpace.diagnose.config import DiagnoseConfig
-from fabricpace.diagnose.culprits import CulpritScan, component_excess, component_excess_rows
+from fabricpace.diagnose.culprits import (
+    CulpritScan,
+    component_excess,
+    component_excess_rows,
+    excess_rows,
+    p2p_waits,
+)
 from fabricpace.diagnose.findings import Culprits, Finding
 from fabricpace.diagnose.locality import shared_locality, slot_names
 from fabricpace.diagnose.metrics import RunMetrics
@@ -115,20 +121,102 @@ def culprit_saving(m: RunMetrics, sc: CulpritScan, rows: np.ndarray) -> tuple[fl
     return saving, per_step, raw, bounded
 
 
+def rank_causes(
+    m: RunMetrics, sc: CulpritScan, rows: np.ndarray, cfg: DiagnoseConfig
+) -> tuple[list[tuple[str, float | None]], np.ndarray]:
+    """(cause and share of each culprit row, judged on its own components and lateness; the rows' mean
+    lateness, ns). Per culprit, not on the culprits' mean: a pipeline job with one slow stage-1 rank
+    also named its stage-0 peer, whose compute was not slow at all, and the mean of the two (+20 ms and
+    0 ms) read "slower own compute" for both (an audit's What-if import)."""
+    per = component_excess_rows(m, rows)
+    with np.errstate(all="ignore"):
+        late = np.nanmean(sc.excess[rows], axis=1)
+    causes = [
+        _cause({k: float(v[i]) for k, v in per.items()}, float(late[i]), cfg.cause_min_share)
+        for i in range(rows.size)
+    ]
+    return causes, late
+
+
+def downstream(
+    m: RunMetrics,
+    rows: np.ndarray,
+    causes: list[tuple[str, float | None]],
+    late: np.ndarray,
+    cfg: DiagnoseConfig,
+) -> dict[int, dict[str, Any]]:
+    """Culprit rows that are late only because they wait on another culprit through the pipeline: row ->
+    {waits_on: the culprit row it waited on most in point-to-point transfers, root: the culprit with its
+    own cause at the end of that chain, p2p_excess_ns, share}. A row qualifies when its own components
+    do not explain its lateness, its point-to-point waits above its peers' explain ≥ ``cause_min_share``
+    of it, and the rank it waited on most there is a culprit with an own cause (or downstream of one).
+    A stage-0 rank waits in its backward receives for a slow stage-1 rank and so reaches its stage's
+    gradient reduce-scatter late every step; fixing the stage-1 rank fixes it too."""
+    pw = p2p_waits(m)
+    if pw is None or rows.size < 2:
+        return {}
+    per_step, on = pw
+    exc = excess_rows(m, rows, {"p2p": per_step}).get("p2p")
+    if exc is None:
+        return {}
+    root = {int(r): int(r) for r, (c, _) in zip(rows, causes, strict=True) if c in _CAUSES.values()}
+    out: dict[int, dict[str, Any]] = {}
+    changed = bool(root)
+    while changed:  # a chain through the stages: at most one pass per stage
+        changed = False
+        for i, r in enumerate(int(v) for v in rows):
+            if r in root or not late[i] > 0 or not exc[i] >= cfg.cause_min_share * late[i]:
+                continue
+            src = int(np.argmax(on[r]))
+            if on[r, src] <= 0 or src not in root:
+                continue
+            root[r] = root[src]
+            out[r] = {
+                "waits_on": src,
+                "root": root[src],
+                "p2p_excess_ns": float(exc[i]),
+                "share": min(float(exc[i] / late[i]), 1.0),
+            }
+            changed = True
+    return out
+
+
+def _group_cause(
+    m: RunMetrics, rows: np.ndarray, causes: list[tuple[str, float | None]]
+) -> tuple[str, float | None, dict[str, list[int]]]:
+    """(the culprits' cause in words, the share it explains (None when they differ), ranks by cause)."""
+    by: dict[str, list[int]] = {}
+    for r, (c, _) in zip(rows, causes, strict=True):
+        by.setdefault(c, []).append(int(m.ranks[r]))
+    if len(by) == 1:
+        shares = [sh for _, sh in causes if sh is not None]
+        return causes[0][0], (float(np.median(shares)) if shares else None), by
+    return "; ".join(f"{named('rank', rk)}: {c}" for c, rk in by.items()), None, by
+
+
 def culprit_finding(
     m: RunMetrics, sc: CulpritScan, rows: np.ndarray, cfg: DiagnoseConfig, *, mode: str, threshold: float
 ) -> Finding | None:
-    """A finding for the culprit rows (straggler or rank-level input stall); None below threshold."""
+    """A finding for the culprit rows (straggler or rank-level input stall); None below threshold.
+
+    The severity is the what-if of all ``rows``; a straggler row that is late only because it waits on
+    another culprit through the pipeline (``downstream``) is no culprit of its own: it is named in the
+    evidence (``downstream_ranks``) and the recommendation, and the rest of the evidence describes the
+    other rows."""
     saving, per_step, raw, bounded = culprit_saving(m, sc, rows)
     if saving < threshold:
         return None
     conf, ci = block_bootstrap(per_step, m.step_time, threshold, cfg)
+    causes, late = rank_causes(m, sc, rows, cfg)
+    down = downstream(m, rows, causes, late, cfg) if mode == "persistent_straggler" else {}
+    own = np.array([int(r) not in down for r in rows], dtype=bool)
+    causes = [c for c, k in zip(causes, own, strict=True) if k]
+    rows = rows[own]
     ranks = [int(v) for v in m.ranks[rows]]
     mean_step = float(np.nanmean(m.step_time))
     comp = component_excess(m, rows)
-    with np.errstate(all="ignore"):
-        mean_late = float(nanmedian(np.nanmean(sc.excess[rows], axis=1)))
-    cause, explained = _cause(comp, mean_late, cfg.cause_min_share)
+    mean_late = float(nanmedian(late[own]))
+    cause, explained, by_cause = _group_cause(m, rows, causes)
     share, expected = sc.last_share(rows)
     # Median and mean lateness side by side: they part when the lateness comes in rare long pauses
     # (GC), and the severity follows the mean — an audit read "late by 62 ms/step" (the median) beside
@@ -149,6 +237,19 @@ def culprit_finding(
         "steps": m.n_steps,
         "ranks": m.n_ranks,
     }
+    if len(by_cause) > 1:
+        evidence["cause_by_rank"] = {
+            str(int(m.ranks[r])): c for r, (c, _) in zip(rows, causes, strict=True)
+        }
+    if down:
+        evidence["downstream_ranks"] = {
+            str(int(m.ranks[r])): {
+                "waits_on_rank": int(m.ranks[d["waits_on"]]),
+                "p2p_wait_excess_ms": d["p2p_excess_ns"] / 1e6,
+                "explains_share": d["share"],
+            }
+            for r, d in down.items()
+        }
     if bounded:  # lateness beyond what the waiting ranks were blocked in those steps (cap_by_wait)
         evidence["whatif_bounded_steps"] = bounded
         evidence["whatif_from_lateness_pct"] = 100 * raw
@@ -161,6 +262,7 @@ def culprit_finding(
     where, many = _where(ranks, loc)
     it = "them" if many else "it"
     its = "their" if many else "its"
+    unexplained = by_cause.get(UNEXPLAINED, [])
     if mode == "persistent_straggler" and cause == UNEXPLAINED:
         top = max(comp, key=lambda k: comp[k]) if comp else None
         part = f" ({top} +{comp[top] / 1e6:.2f} ms)" if top is not None and comp[top] > 0 else ""
@@ -170,6 +272,17 @@ def culprit_finding(
             f"{'start their' if many else 'starts its'} steps late or {'leave' if many else 'leaves'} the "
             "previous collective late. Look at what else runs on that host (CPU scheduling, logging, "
             "other processes) before suspecting the hardware; shifting samples away will not help."
+        )
+    elif mode == "persistent_straggler" and unexplained:
+        hw = sorted(set(ranks) - set(unexplained))
+        several = len(unexplained) > 1
+        rec = (
+            f"The job waits for {where} in most steps ({cause}). For {named('rank', hw)}: check that "
+            f"hardware (thermals, clocks, PCIe/NIC errors, noisy neighbours), drain or replace "
+            f"{'them' if len(hw) > 1 else 'it'}, or shift samples away (fabricpace pacing 'rebalance'). "
+            f"{named('rank', unexplained).capitalize()} {'start their' if several else 'starts its'} steps "
+            f"late or {'leave' if several else 'leaves'} the previous collective late: look at what else "
+            "runs on that host before suspecting the hardware."
         )
     elif mode == "persistent_straggler":
         rec = (
@@ -183,6 +296,8 @@ def culprit_finding(
             f"{'their' if many else 'its'} peers: check that node's storage/CPU, add "
             f"DataLoader workers or prefetching there, or shift samples away from {it} (pacing 'rebalance')."
         )
+    if down:
+        rec += " " + _downstream_text(m, down)
     stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
     f = Finding(
         mode=mode,
@@ -197,6 +312,29 @@ def culprit_finding(
     )
     one_off.annotate(f, m, per_step, threshold, cfg)  # a single stall carrying most of it is said so
     return f
+
+
+def _downstream_text(m: RunMetrics, down: dict[int, dict[str, Any]]) -> str:
+    """'Rank 2 (stage 0) arrives late only because it waits on rank 6 through the pipeline (...): fixing
+    rank 6 fixes it too.' — one sentence per root."""
+    out = []
+    for root in dict.fromkeys(d["root"] for d in down.values()):
+        mine = [r for r, d in down.items() if d["root"] == root]
+        who = named("rank", [int(m.ranks[r]) for r in mine])
+        if m.stage_of_rank is not None:
+            st = sorted({int(m.stage_of_rank[r]) for r in mine})
+            who += f" ({named('stage', st)})"
+        many = len(mine) > 1
+        exc = max(down[r]["p2p_excess_ns"] for r in mine) / 1e6
+        src = sorted({int(m.ranks[down[r]["waits_on"]]) for r in mine})
+        out.append(
+            f"{who[0].upper()}{who[1:]} {'arrive' if many else 'arrives'} late only because "
+            f"{'they wait' if many else 'it waits'} on {named('rank', src)} through the pipeline (up to "
+            f"+{exc:.2f} ms/step of point-to-point waits above {'their' if many else 'its'} stage's other "
+            f"ranks): not a culprit of {'their' if many else 'its'} own — fixing rank {int(m.ranks[root])} "
+            f"fixes {'them' if many else 'it'} too."
+        )
+    return " ".join(out)
 
 
 def left_out(
