@@ -78,3 +78,24 @@ def test_help_lists_what_algorithm_accepts(cli):
     text = " ".join(r.stdout.replace("│", " ").split())
     for needle in ("all_to_all p2p", "nvls_tree", "hierarchical", "LL|LL128|Simple", "any case"):
         assert needle in text, needle
+
+
+# ---- finding 4: calibration logs of collectives the model does not have ---------------------------------
+def test_calibrating_on_a_sendrecv_log_is_refused(cli, refused, data_dir, tmp_path):
+    out = tmp_path / "fit.yaml"
+    r = cli(
+        "collective", "--calibrate", str(data_dir / "a100_n1_t2_sendrecv.log"), "--nodes", "2",
+        "--sizes", "1G", "--save-calibration", str(out),
+    )
+    refused(r, "a100_n1_t2_sendrecv.log", "sendrecv", "all_reduce, all_gather")
+    assert not out.exists()
+
+
+def test_a_sendrecv_log_among_modelled_ones_is_left_out_with_a_note(cli, data_dir):
+    logs = [data_dir / n for n in ("a100_n1_t2_sendrecv.log", "h100ib_n2_all_reduce.log",
+                                   "h100ib_n4_all_reduce.log")]
+    r = cli("collective", "--calibrate", *map(str, logs), "--nodes", "8", "--sizes", "1G", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert "calibrated on 18 points from 2 logs" in r.stderr
+    note = next(line for line in r.stderr.splitlines() if "sendrecv" in line)
+    assert "left out a100_n1_t2_sendrecv.log" in note and "does not have" in note

@@ -30,6 +30,7 @@ import numpy as np
 from fabricpace._errors import InputError, ParseError
 from fabricpace.fabric.cluster import Cluster
 from fabricpace.fabric.collectives import (
+    OPS,
     LatencyParts,
     bus_factor,
     latency_parts,
@@ -75,6 +76,11 @@ def points_from_logs(
             raise ParseError(
                 f"{log.label}: cannot tell the collective; name the file after it (e.g. n4_all_reduce.log) "
                 "or keep the '*_perf' command line in the log"
+            )
+        if log.op not in OPS:
+            raise InputError(
+                f"{log.label}: a {log.op} log, a collective the model does not have (it models "
+                f"{', '.join(OPS)}); calibrate with logs of one of those"
             )
         if log.nodes is None or log.nranks is None or log.gpus_per_node is None:
             raise ParseError(f"{log.label}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
@@ -385,6 +391,19 @@ def _usable_logs(logs: list[NcclTestsLog], op: str | None) -> tuple[list[NcclTes
     notes: list[str] = []
     kept: list[NcclTestsLog] = []
     seen: dict[tuple, str] = {}
+    unmodelled = [lg for lg in logs if lg.op is not None and lg.op not in OPS]
+    if unmodelled:
+        if len(unmodelled) == len(logs):
+            lg = unmodelled[0]
+            raise InputError(
+                f"{lg.label}: a {lg.op} log, a collective the model does not have (it models "
+                f"{', '.join(OPS)}); calibrate with logs of one of those (all_reduce_perf, ...)"
+            )
+        notes.append(
+            f"note: left out {', '.join(_with_op(lg) for lg in unmodelled)}: a collective the model does not "
+            f"have (it models {', '.join(OPS)})"
+        )
+        logs = [lg for lg in logs if lg not in unmodelled]
     for lg in logs:
         key = (lg.op, lg.nodes, lg.nranks, lg.rows)
         if key in seen:
