@@ -122,3 +122,22 @@ def test_cause_is_judged_per_culprit(synth):
     assert f.evidence["cause"] == "rank 5: slower own compute; rank 9: longer GC pauses"
     assert f.evidence["cause_explains_share"] is None  # no one share for two causes
 
+
+def test_profiler_cycles_are_not_time_outside_steps(tmp_path):
+    """Import audit #5: a profiler schedule with repeat=3 records steps 4-13, 18-27 and 32-41; the
+    steps between its cycles (wait/warm-up) ran but were not recorded. Before, the run read "71% of
+    wall time (1.5 s of 2.2 s) lies outside steps — work between steps (evaluation, checkpoints,
+    logging)"; only gaps between consecutive step numbers count now. (A real gap between consecutive
+    steps still warns: test_audit15's evaluation/checkpoint run.)"""
+    from fabricpace.diagnose import diagnose
+    from fabricpace.importers import kineto, synthetic
+
+    t0 = 1_780_000_000_000_000_000
+    for c, first in enumerate((4, 18, 32)):  # three cycles, 1 s apart, 10 steps of ~23 ms each
+        start = t0 + c * 10**9
+        job = synthetic.SyntheticJob(world_size=4, steps=10, first_step=first, seed=c, base_time_ns=start)
+        synthetic.write_job(tmp_path / "src", job, name=f"rank{{rank}}.c{c}.pt.trace.json")
+    run = kineto.import_kineto(tmp_path / "src", tmp_path / "run")
+    r = diagnose([run]).runs[0]
+    assert r.metrics["out_of_step_share"] < 0.05, r.metrics
+    assert not any("outside steps" in w for w in r.warnings), r.warnings
