@@ -4,12 +4,14 @@ collectives the model lacks or with wrong results, sizes outside the calibrated 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fabricpace.fabric.cluster import PRESET_DIR
+from fabricpace.fabric.nccl_tests import parse_log
 
 
 def _cluster_file(tmp_path: Path, name: str, preset: str = "dgx-h100-ib", **changes: dict) -> Path:
@@ -99,3 +101,73 @@ def test_a_sendrecv_log_among_modelled_ones_is_left_out_with_a_note(cli, data_di
     assert "calibrated on 18 points from 2 logs" in r.stderr
     note = next(line for line in r.stderr.splitlines() if "sendrecv" in line)
     assert "left out a100_n1_t2_sendrecv.log" in note and "does not have" in note
+
+
+# ---- finding 5: rows with a non-zero #wrong ----------------------------------------------------------------
+def _with_wrong(src: Path, dst: Path, wrong: dict[int, int], trailer: int | None) -> Path:
+    """``src`` (a real nccl-tests log) with the #wrong columns of the rows of ``wrong``'s sizes set, and an
+    'Out of bounds values : N FAILED' trailer, the way nccl-tests prints a run with wrong results."""
+    out = []
+    for line in src.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 13 and parts[0].isdigit() and int(parts[0]) in wrong:
+            parts[8] = parts[12] = str(wrong[int(parts[0])])
+            line = "".join(p.rjust(w) for p, w in zip(parts, (12, 14, 10, 8, 8, 9, 8, 8, 7, 9, 8, 8, 7),
+                                                       strict=True))
+        if trailer is not None and line.startswith("# Avg bus bandwidth"):
+            out.append(f"# Out of bounds values : {trailer} FAILED")
+        out.append(line)
+    dst.write_text("\n".join(out) + "\n")
+    return dst
+
+
+def test_rows_with_wrong_results_are_left_out_of_the_fit_with_a_note(cli, data_dir, tmp_path):
+    n4 = _with_wrong(data_dir / "h100ib_n4_all_reduce.log", tmp_path / "bad_n4_all_reduce.log",
+                     {1 << 30: 12, 2 << 30: 3}, 4111)
+    r = cli("collective", "--calibrate", str(data_dir / "h100ib_n2_all_reduce.log"), str(n4),
+            "--nodes", "8", "--sizes", "1G", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert "calibrated on 16 points from 2 logs" in r.stderr  # 18 rows from 32 MiB up, 2 of them wrong
+    note = next(line for line in r.stderr.splitlines() if "wrong results" in line)
+    for needle in ("bad_n4_all_reduce.log", "2 rows", "1G 24", "2G 6", "Out of bounds values : 4111 FAILED",
+                   "left out"):
+        assert needle in note, needle
+
+
+def test_compare_leaves_out_rows_with_wrong_results(cli, data_dir, tmp_path):
+    n8 = _with_wrong(data_dir / "h100ib_n8_all_reduce.log", tmp_path / "bad_n8_all_reduce.log",
+                     {512 << 20: 5}, 5)
+    r = cli("collective", "--compare", str(n8), "--nodes", "8", "--sizes", "1G", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert "compared with 8 measured rows" in r.stderr and "1 row reports wrong results" in r.stderr
+
+
+def test_a_log_whose_rows_are_all_wrong_is_refused(cli, refused, data_dir, tmp_path):
+    log = parse_log(data_dir / "h100ib_n4_all_reduce.log")
+    n4 = _with_wrong(data_dir / "h100ib_n4_all_reduce.log", tmp_path / "broken_n4_all_reduce.log",
+                     {r.size: 1 for r in log.rows}, 700)
+    r = cli("collective", "--calibrate", str(data_dir / "h100ib_n2_all_reduce.log"), str(n4),
+            "--nodes", "8", "--sizes", "1G")
+    refused(r, "broken_n4_all_reduce.log", "wrong results", "700 FAILED")
+
+
+def test_wrong_counts_are_read_from_stdout_and_json_logs(data_dir, tmp_path):
+    log = parse_log(data_dir / "gh200_n2_v2178_all_reduce.log")  # a real run: 96 + 32 wrong at 1 MiB
+    assert [(r.size, r.wrong) for r in log.wrong_rows] == [(1 << 20, 128)] and log.out_of_bounds == 4
+    assert not parse_log(data_dir / "h100ib_n4_all_reduce.log").wrong_rows
+    # the same rows as nccl-tests' -J file writes them (src/util.cu: nwrong per block, out_of_bounds)
+    results = [
+        {"size": r.size, "count": r.count, "type": r.type, "redop": r.redop, "root": "    -1",
+         "out_of_place": {"time": r.time_us, "alg_bw": r.algbw, "bus_bw": r.busbw,
+                          "nwrong": 96 if r.wrong else 0},
+         "in_place": {"time": r.inplace_time_us, "alg_bw": r.inplace_algbw, "bus_bw": r.inplace_busbw,
+                      "nwrong": 32 if r.wrong else 0}}
+        for r in log.rows
+    ]
+    devices = [{"rank": i, "group": 0, "hostname": h, "device": 0} for i, h in enumerate(log.hosts)]
+    doc = {"version": 2, "args": ["./build/all_reduce_perf"], "config": {"devices": devices},
+           "results": results, "out_of_bounds": {"count": 4, "okay": "false"}}
+    p = tmp_path / "gh200.json"
+    p.write_text(json.dumps(doc))
+    js = parse_log(p)
+    assert [(r.size, r.wrong) for r in js.wrong_rows] == [(1 << 20, 128)] and js.out_of_bounds == 4

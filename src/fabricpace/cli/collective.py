@@ -379,7 +379,7 @@ def _errors(
     assert log.nodes is not None  # checked by the caller
     gpn = gpus_per_node if gpus_per_node is not None else log.gpus_per_node
     for r in log.rows:
-        if (32 << 20) <= r.size <= (8 << 30) and r.time_us > 0:
+        if (32 << 20) <= r.size <= (8 << 30) and r.time_us > 0 and r.wrong == 0:  # log.notes() says so
             d = _predict(cl, op, r.size, log.nodes, gpn, algorithm, protocol, seed)
             errs.append((d["time_us"] / r.time_us - 1, log.nodes, r.size))
     return errs

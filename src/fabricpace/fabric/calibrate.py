@@ -85,7 +85,7 @@ def points_from_logs(
         if log.nodes is None or log.nranks is None or log.gpus_per_node is None:
             raise ParseError(f"{log.label}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
         for r in log.rows:
-            if min_bytes <= r.size <= max_bytes and r.time_us > 0:
+            if min_bytes <= r.size <= max_bytes and r.time_us > 0 and r.wrong == 0:  # wrong: not healthy
                 op.append(log.op)
                 nodes.append(log.nodes)
                 gpn.append(log.gpus_per_node)
@@ -379,6 +379,14 @@ def calibrate_cluster(
         if lg.nodes is not None and lg.nodes > cluster.nodes:
             raise InputError(
                 f"{lg.label}: {lg.nodes} nodes, more than cluster {cluster.name!r} has ({cluster.nodes})"
+            )
+        fitted = [r for r in lg.rows if min_bytes <= r.size <= max_bytes] or list(lg.rows)
+        if fitted and all(r.wrong > 0 for r in fitted):
+            trailer = f", 'Out of bounds values : {lg.out_of_bounds} FAILED'" if lg.out_of_bounds else ""
+            raise InputError(
+                f"{lg.label}: every row the fit would use reports wrong results (#wrong non-zero{trailer}): "
+                "a bad GPU, NIC or link, whose timings cannot calibrate the cluster; fix it and give the log "
+                "of a clean rerun"
             )
     points = points_from_logs(parsed, min_bytes=min_bytes, max_bytes=max_bytes)
     fit = calibrate_points(cluster, points, tuple(lg.name for lg in parsed))

@@ -96,6 +96,7 @@ _HEADER = re.compile(r"(?:^|#)\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _COLUMNS = re.compile(r"\bsize\s+count\s+type\s+(?:redop|time)\b")
 _AVG = re.compile(r"(?:^|#)\s*Avg bus bandwidth\s*:\s*(\S*)")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)")
 _OP_IN_TEXT = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|sendrecv|reduce)_perf")
 # nccl-tests' type names across versions (NCCL 1: char/int); a row found behind an unknown prefix must
 # start with "size count TYPE redop" so that numbers in launcher output are never taken for a row.
@@ -127,6 +128,9 @@ class NcclTestsRow:
     inplace_time_us: float
     inplace_algbw: float
     inplace_busbw: float
+    # values nccl-tests found wrong (#wrong of the out-of-place and in-place results together; 0 when the
+    # log does not check them, -c 0, or has no #wrong column): a non-zero count means a bad GPU, NIC or link
+    wrong: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,14 @@ class NcclTestsLog:
     failed_at: tuple[int, str] | None = None
     # one run of a file that holds several (nccl_tests_runs.parse_logs): (index from 1, first line, last line)
     run: tuple[int, int, int] | None = None
+    # the "# Out of bounds values : N FAILED" trailer's N (0 for "0 OK", None without the trailer)
+    out_of_bounds: int | None = None
+
+    @property
+    def wrong_rows(self) -> tuple[NcclTestsRow, ...]:
+        """Rows with a non-zero ``#wrong``: their results were wrong, so their times are not those of a
+        healthy cluster; calibration and ``--compare`` leave them out."""
+        return tuple(r for r in self.rows if r.wrong > 0)
 
     @property
     def name(self) -> str:
@@ -202,6 +214,22 @@ class NcclTestsLog:
             out.append(
                 f"note: {name}: {self.dropped_rows} rows without a measured time (inf, nan or 0 us) left out"
             )
+        wrong = self.wrong_rows
+        trailer = f"'Out of bounds values : {self.out_of_bounds} FAILED'" if self.out_of_bounds else ""
+        if wrong:
+            shown = ", ".join(f"{_human_bytes(r.size)} {r.wrong}" for r in wrong[:8])
+            rows = "1 row reports" if len(wrong) == 1 else f"{len(wrong)} rows report"
+            out.append(
+                f"note: {name}: {rows} wrong results (out-of-place + in-place #wrong: {shown}"
+                f"{', ...' if len(wrong) > 8 else ''}{'; ' + trailer if trailer else ''}); left out: wrong "
+                "results usually point to a bad GPU, NIC or link, whose timings should not define the "
+                "cluster (check the hardware and rerun)"
+            )
+        elif trailer:
+            out.append(
+                f"note: {name}: the run reports {trailer}, but no row's #wrong says which sizes; its timings "
+                "are used, though wrong results usually point to a bad GPU, NIC or link (check and rerun)"
+            )
         return out
 
     def sizes(self) -> np.ndarray:
@@ -222,6 +250,9 @@ class _Layout:
     per_iter: bool
     timestamp: bool
     redop: bool = True
+    # the header names '#wrong' columns (nccl-tests from 2019 on); older logs print a max 'error' there,
+    # which a correct float reduction can leave above zero, so it is not read as a count
+    wrong: bool = False
     # trailing columns the parser does not read (rccl-tests -A 1: algo proto nchannels)
     extra: tuple[str, ...] = ()
 
@@ -245,7 +276,8 @@ class _Layout:
 def _layout(header: str) -> _Layout:
     cols = header.split()
     lay = _Layout(
-        root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols, redop="redop" in cols
+        root="root" in cols, per_iter="i_min" in cols, timestamp="timestamp" in cols, redop="redop" in cols,
+        wrong=any(c.endswith("#wrong") for c in cols),
     )
     # a header column beyond the known ones is an extra trailing row column ("timestamp" heads two: date time)
     known = len(lay.names) - (1 if lay.timestamp else 0)
@@ -264,6 +296,15 @@ def _num(text: str) -> float:
     if text.upper() in ("N/A", "NAN", "-NAN", "-"):
         return math.nan
     return float(text)
+
+
+def _count(text: str) -> int:
+    """A #wrong value: the count, or 0 where it is not a number (N/A with -c 0)."""
+    try:
+        v = float(text)
+    except ValueError:
+        return 0
+    return int(v) if math.isfinite(v) and v > 0 else 0
 
 
 def _is_number(text: str) -> bool:
@@ -366,6 +407,10 @@ def _parse_row(p: Path, lineno: int, text: str, lay: _Layout) -> tuple[NcclTests
             inplace_time_us=_num(parts[t_in]),
             inplace_algbw=_num(parts[t_in + 1]),
             inplace_busbw=_num(parts[t_in + 2]),
+            # an in-place-only row's out-of-place block is a copy of its in-place one: count it once
+            wrong=_count(parts[t_in + 3]) + (0 if inplace_only else _count(parts[t_out + 3]))
+            if lay.wrong
+            else 0,
         )
     except ValueError as exc:
         raise ParseError(f"{p}:{lineno}: cannot read a number in {text!r}; fix or remove this line") from exc
@@ -469,6 +514,7 @@ def parse_lines(
     pending_at = 0
     inplace_only = 0
     failed_at: tuple[int, str] | None = None
+    out_of_bounds: int | None = None
     table_end = 0  # last line of the table: a row or a trailer line ('# Avg bus bandwidth', ...)
     for lineno, raw in enumerate(lines, start=start):
         line = _strip_prefixes(raw)
@@ -517,6 +563,8 @@ def parse_lines(
                 last_nccl = lineno
                 continue
             if "Out of bounds values" in line or "Collective test concluded" in line:
+                if (m := _OUT_OF_BOUNDS.search(line)) is not None:
+                    out_of_bounds = int(m.group(1))
                 table_end = lineno
                 continue
             if (m := _AVG.search(line)) is not None:
@@ -628,6 +676,7 @@ def parse_lines(
         other_sweeps=others,
         inplace_only_rows=inplace_only,
         failed_at=failed_at,
+        out_of_bounds=out_of_bounds,
     )
 
 

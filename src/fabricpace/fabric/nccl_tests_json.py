@@ -53,6 +53,13 @@ def _block(row: dict[str, Any], key: str) -> tuple[float, float, float] | None:
     return _number(t), _number(b.get("alg_bw")), _number(b.get("bus_bw"))
 
 
+def _nwrong(row: dict[str, Any], key: str) -> int:
+    """A block's ``nwrong`` (values found wrong); 0 when absent, null or not a positive number (-c 0)."""
+    b = row.get(key)
+    v = _number(b.get("nwrong")) if isinstance(b, dict) else math.nan
+    return int(v) if math.isfinite(v) and v > 0 else 0
+
+
 def rccl_tests_output(p: Path) -> ParseError:
     """The refusal for rccl-tests' ``-x FILE -Z json|csv`` output: one record per size and in/out-of-place
     (``name nodes ranks ranksPerNode gpusPerRank size type redop inPlace time algBw busBw wrong``;
@@ -119,10 +126,11 @@ def parse_json(p: Path, text: str, *, op: str | None, nodes: int | None) -> Nccl
             root = int(str(r.get("root", "-1")).strip() or -1)
         except (KeyError, TypeError, ValueError) as exc:
             raise ParseError(f"{p}: results[{i}]: no integer 'size' (or a bad 'count'/'root')") from exc
+        wrong = sum(_nwrong(r, k) for k in ("out_of_place", "in_place"))
         row = NcclTestsRow(
             size=size, count=count, type=str(r.get("type", "")), redop=str(r.get("redop") or "none").strip()
             or "none", root=root, time_us=out[0], algbw=out[1], busbw=out[2], inplace_time_us=inp[0],
-            inplace_algbw=inp[1], inplace_busbw=inp[2],
+            inplace_algbw=inp[1], inplace_busbw=inp[2], wrong=wrong,
         )  # fmt: skip
         if math.isfinite(row.time_us) and row.time_us > 0:
             rows.append(row)
@@ -140,6 +148,8 @@ def parse_json(p: Path, text: str, *, op: str | None, nodes: int | None) -> Nccl
         _check_even(p, ranks, dict.fromkeys(ranks, 1))
     n_nodes = nodes if nodes is not None else (len(hosts) or _nodes_from_name(p.name))
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
+    oob = doc.get("out_of_bounds")
+    oob_count = _number(oob.get("count")) if isinstance(oob, dict) else math.nan
     avg = doc.get("average_bus_bandwidth")
     avg_bw = _number(avg.get("bandwidth")) if isinstance(avg, dict) else math.nan
     return NcclTestsLog(
@@ -154,4 +164,5 @@ def parse_json(p: Path, text: str, *, op: str | None, nodes: int | None) -> Nccl
         dropped_rows=dropped,
         other_sweeps=others,
         inplace_only_rows=inplace_only,
+        out_of_bounds=int(oob_count) if math.isfinite(oob_count) and oob_count >= 0 else None,
     )
