@@ -161,8 +161,10 @@ def test_cpu_only_gloo_trace_counts_each_collective_once(tmp_path: Path) -> None
     assert set(run.collectives["bytes"].to_list()) == {1024}
     assert run.manifest.extra["collectives_from"] == "cpu ops"
     s = run.steps.sort(["rank", "step"])
-    assert s["wait_ns"].to_list()[0] == 1_900_000  # the gloo span, bytes from record_param_comms
-    assert s["compute_ns"].to_list()[0] == 9_000_000 - 1_900_000
+    # issue (record_param_comms starts at +6.001 ms) to the gloo span's end (+7.902 ms), counted once;
+    # bytes from record_param_comms
+    assert s["wait_ns"].to_list()[0] == 1_901_000
+    assert s["compute_ns"].to_list()[0] == 9_000_000 - 1_901_000
 
 
 def test_op_names_and_comm_kernels() -> None:

@@ -39,21 +39,32 @@ def overlap_with(
     return coverage(b_start, b_end, a_end) - coverage(b_start, b_end, a_start)
 
 
-def covered_per_bin(
-    start: np.ndarray,
-    end: np.ndarray,
-    bins: np.ndarray,
-    nbins: int,
-    *,
-    subtract: np.ndarray | None = None,
+def intersect_intervals(
+    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two sets of disjoint sorted intervals, as disjoint sorted intervals.
+
+    Memory grows with the number of overlapping (A, B) pairs, at most len(A) + len(B), never with the
+    product: each interval of A is cut by the run of B's intervals that overlap it."""
+    if len(a_start) == 0 or len(b_start) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    first = np.searchsorted(b_end, a_start, side="right")  # first B ending after A's start
+    stop = np.searchsorted(b_start, a_end, side="left")  # B's starting before A's end
+    n = np.maximum(stop - first, 0)
+    ai = np.repeat(np.arange(len(a_start)), n)
+    bi = np.repeat(first, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    s = np.maximum(a_start[ai], b_start[bi])
+    e = np.minimum(a_end[ai], b_end[bi])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def covered_in_windows(
+    w_start: np.ndarray, w_end: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> np.ndarray:
-    """Sum of interval lengths (minus ``subtract``) per bin index; intervals with bin < 0 are dropped."""
-    out = np.zeros(nbins, dtype=np.int64)
-    if len(start) == 0:
-        return out
-    length = (end - start).astype(np.int64)
-    if subtract is not None:
-        length = length - subtract.astype(np.int64)
-    ok = (bins >= 0) & (bins < nbins)
-    np.add.at(out, bins[ok], np.maximum(length[ok], 0))
-    return out
+    """For each window [w_start, w_end), how much of it the disjoint sorted intervals cover.
+
+    What a step's component is: the time inside the step, so an interval that runs past the step's
+    end (a gloo span ending after ProfilerStep#N, merged with the next step's first span) counts in
+    each step only for its part inside that step."""
+    return overlap_with(w_start, np.maximum(w_end, w_start), start, end)

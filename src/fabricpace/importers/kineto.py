@@ -13,14 +13,19 @@ What is kept (DESIGN.md run directory):
 - collectives from GPU kernels (``ncclKernel*``, ``ncclDevKernel*``, RCCL's names) with their NCCL
   metadata args (``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Process Group Name``);
   a trace without communication kernels (gloo, CPU) falls back to CPU ops: the ``gloo:*`` spans of
-  gloo's worker threads (issue to completion), with op/bytes/group from the issuing op
-  (``record_param_comms`` / ``c10d::*``) paired in order; without gloo spans, the issuing ops.
-  ``t_enter`` is the kernel (span) start — when this rank reached the collective: its arrival —
-  and ``t_exit`` its end;
-- per step: ``comm_ns`` = time covered by communication kernels, ``compute_ns`` = time covered by
-  other kernels, ``wait_ns`` = communication not hidden under compute (exposed communication, which
-  includes waiting for late peers); CPU-only traces: ``wait_ns = comm_ns`` = time in blocking comm ops
-  and ``compute_ns`` = the rest of the step; ``data_ns`` = ``enumerate(DataLoader)*`` annotations;
+  gloo's worker threads paired in order with the issuing ops (``record_param_comms`` / ``c10d::*``),
+  which give op/bytes/group and the arrival; without gloo spans, the issuing ops. ``t_enter`` is when
+  this rank reached the collective (its arrival: the kernel's start, the issuing op's start on gloo)
+  and ``t_exit`` the kernel's (gloo span's) end;
+- per step, time inside the step's window only (intervals are cut to it): ``comm_ns`` = time covered
+  by communication kernels, ``compute_ns`` = time covered by other kernels, ``wait_ns`` =
+  communication not hidden under compute (exposed communication, which includes waiting for late
+  peers); CPU-only traces: ``comm_ns`` = time covered by the step's own collectives, ``wait_ns`` = the
+  same less data loading, ``compute_ns`` = step - wait - data - gc; ``data_ns`` =
+  ``enumerate(DataLoader)*`` annotations;
+- checks across ranks: traces of different runs (a rank's steps starting far from the other ranks'
+  same steps) are refused; ranks the traces' ``world_size`` names but the folder lacks are said on
+  stderr (and by every reader of the run, ``run/coverage.py``);
 - ops: every GPU kernel / memcpy / memset (``--no-ops`` leaves them out).
 
 Times: absolute ns = ``baseTimeNanoseconds`` (0 when absent) + ts µs × 1000, then shifted so the first
@@ -31,6 +36,7 @@ step start of any rank is 0. Profiler clocks of different hosts are taken as syn
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fabricpace._errors import RunDirError
-from fabricpace.importers.intervals import covered_per_bin, merge_intervals, overlap_with
+from fabricpace.importers.intervals import covered_in_windows, intersect_intervals, merge_intervals
 from fabricpace.importers.kineto_parse import (
     _CPU_KINDS,
     SUFFIXES,
@@ -53,6 +59,7 @@ from fabricpace.importers.kineto_parse import (
     rank_from_name,
 )
 from fabricpace.importers.staging import list_sources, staged_dir
+from fabricpace.run.coverage import job_ranks_missing, job_ranks_text
 from fabricpace.run.manifest import Manifest
 from fabricpace.run.writer import RunWriter, write_table_atomic
 
@@ -108,11 +115,11 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
     nsteps = len(s_num)
 
     # The window GPU work is assigned by: the GPU step annotation when present, else the CPU step.
-    g_ts, _g_dur, g_num = trace.gpu_steps.arrays()
+    g_ts, _, g_num = trace.gpu_steps.arrays()
     win_start = t_start.copy()
+    pos = {int(v): i for i, v in enumerate(g_num)}
     if len(g_num):
         g_abs = _abs_ns(trace, g_ts)
-        pos = {int(v): i for i, v in enumerate(g_num)}
         for i, v in enumerate(s_num):  # one entry per step: tiny loop
             j = pos.get(int(v))
             if j is not None:
@@ -135,31 +142,37 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
         step_of_comm = step_index(_abs_ns(trace, c_ts))
     c_start, c_end = _abs_ns(trace, c_ts), _abs_ns(trace, c_ts + c_dur)
 
+    # Each component is time inside its step's window: intervals are clipped to the window, so an
+    # interval (or a chain of merged ones) that runs past a step's end is not charged whole to the step
+    # it started in (a gloo span ending after ProfilerStep#N merged with step N+1's first span gave
+    # wait_ns = 108.7 ms in a 51.8 ms step, and 0 in the next). CPU work (collective spans of
+    # CPU-only traces, data loading): the CPU step [t_start, t_end); a CPU collective counts only in
+    # the step that issued it (DDP waits for its buckets before the step ends: a gloo span closing
+    # a few ms into the next step is the worker thread's bookkeeping, not the next step's waiting).
+    # GPU work: the windows its steps are assigned by, [window start, next window start), the last
+    # to its GPU annotation's end.
+    g_start, g_end = _gpu_windows(trace, s_num, t_end, win_start, worder, pos)
+    d_ts, d_dur, _ = trace.data.arrays()
+    d_start, d_end = merge_intervals(_abs_ns(trace, d_ts), _abs_ns(trace, d_ts + d_dur))
+    data_ns = covered_in_windows(t_start, t_end, d_start, d_end)
     comm_ns = np.zeros(nsteps, dtype=np.int64)
     wait_ns = np.zeros(nsteps, dtype=np.int64)
-    compute_ns = np.zeros(nsteps, dtype=np.int64)
+    k_start, k_end = merge_intervals(_abs_ns(trace, k_ts), _abs_ns(trace, k_ts + k_dur))
     if len(c_start):
         m_start, m_end = merge_intervals(c_start, c_end)
-        m_step = step_index(m_start) if gpu_comm else _assign(t_start, m_start)
-        comm_ns = covered_per_bin(m_start, m_end, m_step, nsteps)
-        if gpu_comm and len(k_ts):
-            k_start, k_end = merge_intervals(_abs_ns(trace, k_ts), _abs_ns(trace, k_ts + k_dur))
-            hidden = overlap_with(m_start, m_end, k_start, k_end)
-            wait_ns = covered_per_bin(m_start, m_end, m_step, nsteps, subtract=hidden)
-        elif not gpu_comm:
-            wait_ns = comm_ns.copy()
+        if gpu_comm:  # exposed communication: comm kernels not overlapped by compute kernels
+            comm_ns = covered_in_windows(g_start, g_end, m_start, m_end)
+            h_start, h_end = intersect_intervals(m_start, m_end, k_start, k_end)
+            wait_ns = comm_ns - covered_in_windows(g_start, g_end, h_start, h_end)
+        else:  # the step's own collectives in flight while the main thread was not loading data
+            m_start, m_end = _own_step_spans(c_start, c_end, step_of_comm, t_start, t_end)
+            comm_ns = covered_in_windows(t_start, t_end, m_start, m_end)
+            h_start, h_end = intersect_intervals(m_start, m_end, d_start, d_end)
+            wait_ns = comm_ns - covered_in_windows(t_start, t_end, h_start, h_end)
     if gpu_comm or (len(k_ts) and not len(c_start)):
-        if len(k_ts):
-            k_start, k_end = merge_intervals(_abs_ns(trace, k_ts), _abs_ns(trace, k_ts + k_dur))
-            compute_ns = covered_per_bin(k_start, k_end, step_index(k_start), nsteps)
-    else:
-        compute_ns = np.maximum((t_end - t_start) - wait_ns, 0)
-    d_ts, d_dur, _ = trace.data.arrays()
-    data_ns = np.zeros(nsteps, dtype=np.int64)
-    if len(d_ts):
-        d_step = _assign(t_start, _abs_ns(trace, d_ts))
-        ok = d_step >= 0
-        np.add.at(data_ns, d_step[ok], np.rint(d_dur[ok] * 1000.0).astype(np.int64))
+        compute_ns = covered_in_windows(g_start, g_end, k_start, k_end)
+    else:  # own work (DESIGN.md, the observer's definition): the step less waiting, data and GC (none)
+        compute_ns = np.maximum((t_end - t_start) - wait_ns - data_ns, 0)
 
     steps: dict[str, np.ndarray] = {
         "rank": np.full(nsteps, trace.rank, dtype=np.int32),
@@ -204,14 +217,49 @@ def build_tables(trace: RankTrace, *, keep_ops: bool) -> RankTables:
     return RankTables(rank=trace.rank, steps=steps, collectives=collectives, ops=ops)
 
 
+def _own_step_spans(
+    start: np.ndarray, end: np.ndarray, step: np.ndarray, t_start: np.ndarray, t_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals, each first cut to the window of its own step (``step`` indexes
+    ``t_start``/``t_end``; -1: before the first step, left out). Windows do not overlap, so the union
+    within a window is that step's own intervals only."""
+    ok = step >= 0
+    s = np.maximum(start[ok], t_start[step[ok]])
+    e = np.minimum(end[ok], t_end[step[ok]])
+    keep = e > s
+    return merge_intervals(s[keep], e[keep])
+
+
+def _gpu_windows(
+    trace: RankTrace, s_num: np.ndarray, t_end: np.ndarray, win_start: np.ndarray, worder: np.ndarray,
+    pos: dict[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, the window GPU work is counted in: from the step's window start (GPU annotation, else
+    CPU start) to the next step's, the last step's to its GPU annotation's end (else its CPU end)."""
+    end = t_end.copy()
+    g_ts, g_dur, _ = trace.gpu_steps.arrays()
+    if len(g_ts):
+        g_end = _abs_ns(trace, g_ts + g_dur)
+        for i, v in enumerate(s_num):  # one entry per step: tiny loop
+            j = pos.get(int(v))
+            if j is not None:
+                end[i] = g_end[j]
+    if len(worder) > 1:
+        end[worder[:-1]] = win_start[worder[1:]]
+    return win_start, np.maximum(end, win_start)
+
+
 def _cpu_collectives(trace: RankTrace) -> tuple[np.ndarray, ...]:
     """Collectives of a trace without communication kernels: (ts, dur, name id, bytes, group id).
 
-    gloo runs each collective on a worker thread as ``gloo:*``, spanning issue to completion (waiting
-    for peers included): those give the times. The main thread's issuing op (``record_param_comms``,
+    gloo runs each collective on a worker thread as ``gloo:*``, from when a worker thread takes it up
+    to completion (waiting for peers included). The main thread's issuing op (``record_param_comms``,
     else ``c10d::*``, else ``nccl:*``) carries the metadata (op, bytes, group); when both exist in equal
-    numbers they are paired in time order. Only one kind is ever used for times, so nested wrappers of
-    one collective are not counted twice.
+    numbers they are paired in time order (gloo's queue is first in, first out) and the collective
+    runs from the issuing op's start (the rank's arrival: a bucket queued behind busy worker threads
+    starts its gloo span only when one is free, 44 ms after it was issued in the audit's traces) to
+    the gloo span's end. Unpaired, the gloo spans give both times. Only one kind is ever used per
+    collective, so nested wrappers of one collective are not counted twice.
     """
 
     def cols(kind: str) -> tuple[np.ndarray, ...]:
@@ -225,9 +273,12 @@ def _cpu_collectives(trace: RankTrace) -> tuple[np.ndarray, ...]:
     if len(trace.cpu_comm["gloo:"].ts):
         ts, dur, name, nbytes, group = cols("gloo:")
         if issue is not None and len(trace.cpu_comm[issue].ts) == len(ts):
-            _, _, name, issue_bytes, group = cols(issue)
+            issue_ts, _, name, issue_bytes, group = cols(issue)
             # the issuing op's bytes when it has them, else the gloo span's own (record_shapes)
             nbytes = np.where(issue_bytes >= 0, issue_bytes, nbytes)
+            end = ts + dur
+            ts = np.minimum(issue_ts, ts)  # a pair issued after its span started is no true pair
+            dur = end - ts
         return ts, dur, name, nbytes, group
     if issue is not None:
         return cols(issue)
@@ -318,6 +369,7 @@ def import_kineto(
             del trace
         all_tables = [by_rank[r] for r in sorted(by_rank)]
         assert origin is not None
+        _check_one_run(src, all_tables, ranks_seen)
         _number_collectives(all_tables)
         for t in all_tables:
             st = dict(t.steps)
@@ -371,7 +423,56 @@ def import_kineto(
             events=stats["events"],
             node_from=node_from,
         )
+    job = max(world_sizes) if world_sizes else None
+    missing = job_ranks_missing(rank_ids, job)
+    if missing:  # told once, on stderr; readers of the run warn again (run/coverage.py)
+        print(f"note: {src}: distributedInfo.world_size is {job}: {job_ranks_text(missing, job)}",
+              file=sys.stderr)
     return Path(out)
+
+
+RUN_APART_STEPS = 10  # ranks' starts of one ProfilerStep#N further apart than this many median steps
+RUN_APART_MIN_NS = 1_000_000_000  # ... and than this: traces of different runs
+
+
+def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, list[Path]]) -> None:
+    """Refuse ranks whose steps start far from the same steps of the other ranks: other runs' traces.
+
+    One job's ranks run the same step together (a collective joins them every step): rank r's
+    ProfilerStep#N starts within a step or so of rank 0's, plus the hosts' clock skew (milliseconds).
+    Per rank, the offset is the median over the steps it shares with the first rank before it that
+    shares any (the lowest rank first), of its start minus that rank's start; a median, so one odd
+    step (a stall, a checkpoint) moves nothing. More than max(10 median step lengths, 1 s) apart is
+    refused: the audit's folder mixing two runs of 50 ms steps had them 20.2 s apart.
+    """
+    starts = {t.rank: dict(zip(t.steps["step"].tolist(), t.steps["t_start_ns"].tolist(), strict=True))
+              for t in tables}
+    lengths = np.concatenate([t.steps["t_end_ns"] - t.steps["t_start_ns"] for t in tables])
+    limit = max(RUN_APART_STEPS * float(np.median(lengths)), RUN_APART_MIN_NS) if len(lengths) else 0.0
+    checked: list[int] = []
+    for rank in sorted(starts):
+        for ref in checked:
+            shared = sorted(starts[rank].keys() & starts[ref].keys())
+            if not shared:
+                continue
+            diffs = np.array([starts[rank][n] - starts[ref][n] for n in shared], dtype=np.float64)
+            off = float(np.median(diffs))
+            if abs(off) > limit:
+                n = shared[len(shared) // 2]
+                raise RunDirError(
+                    f"{src}: traces of different runs: ProfilerStep#{n} of rank {rank} "
+                    f"({_names(files[rank])}) starts {abs(off) / 1e9:.1f} s "
+                    f"{'after' if off > 0 else 'before'} that of rank {ref} "
+                    f"({_names(files[ref])}), with steps of {float(np.median(lengths)) / 1e6:.0f} ms (one "
+                    "job's ranks start each step together, unless its hosts' clocks disagree by that much); "
+                    "import one run at a time (move the other run's files to their own folder)"
+                )
+            break
+        checked.append(rank)
+
+
+def _names(paths: list[Path]) -> str:
+    return paths[0].name + (f" and {len(paths) - 1} more" if len(paths) > 1 else "")
 
 
 def _check_same_process(

@@ -15,6 +15,10 @@ neighbouring parts. Ranks are compared by their first and last step: the steps t
 collectives within one step (a collective one rank counts in step 7 and another in step 8 is no
 loss). Only folders per rank can be compared: a table written whole (``TABLE/all/``, the simulator)
 is taken as complete.
+
+An import can also hold fewer ranks than the job had: when ``manifest.extra.job_world_size`` (what
+the traces say, e.g. Kineto's ``distributedInfo.world_size``) is larger than the ranks present, the
+first warning names the missing ones (a missing trace is often the culprit's).
 """
 
 from __future__ import annotations
@@ -412,7 +416,31 @@ def step_coverage(
             f"{path}: ranks cover different steps: {use}; {steps_text(inside, None)} left out for every rank"
         )
     cov.warnings += [f"{path}: {n}" for n in missing + notes]
+    present = set(ranks or ()) | {r for t in cov.spans.values() for r, sp in t.items() if sp.rows > 0}
+    absent_job = job_ranks_missing(present, (extra or {}).get("job_world_size"))
+    if absent_job:  # first: every finding is about the ranks present only
+        cov.warnings.insert(0, f"{path}: {job_ranks_text(absent_job, (extra or {})['job_world_size'])}")
     return cov
+
+
+def job_ranks_missing(present: Collection[int], job_world_size: object) -> list[int]:
+    """The ranks of a job of ``job_world_size`` ranks (an importer's ``manifest.extra.job_world_size``:
+    what the traces say the job had) that ``present`` lacks; [] when unknown or none."""
+    if not isinstance(job_world_size, int) or isinstance(job_world_size, bool) or job_world_size <= 0:
+        return []
+    if len(set(present)) >= job_world_size:
+        return []
+    return sorted(set(range(job_world_size)) - set(present))
+
+
+def job_ranks_text(missing: Collection[int], job_world_size: object) -> str:
+    """'ranks 2, 5 of 8 have no trace in this import; a culprit may be among them ...'."""
+    one = len(missing) == 1
+    return (
+        f"{ranks_text(missing)} of {job_world_size} {'has' if one else 'have'} no trace in this import; "
+        f"{'it may be the culprit' if one else 'a culprit may be among them'} (findings compare only the "
+        f"ranks present); import {'its' if one else 'their'} trace{'' if one else 's'} too to judge the job"
+    )
 
 
 def _parts_text(names: tuple[str, ...]) -> str:
