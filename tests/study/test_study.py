@@ -66,6 +66,24 @@ def test_summarize_run_by_hand(tmp_path):
     assert s["throughput"] == pytest.approx(4 * 16 / kept.sum())
     assert s["cv"] == pytest.approx(kept.std() / kept.mean())
     assert s["iter_mean_s"] == pytest.approx(kept.mean())
+    assert s["period_s"] == pytest.approx(kept.sum() / 4)  # back-to-back steps: the sum of iterations
+
+
+def test_period_is_wall_per_step_when_iterations_overlap(tmp_path):
+    # (audit 16, planner 8) rank 1 starts each step 1 ms after rank 0 and ends with it, and rank 0
+    # starts the next step where the last one ended: iterations (first start to last end) equal the
+    # steps here; shift rank 1 so that its steps overlap rank 0's next one, and the mean iteration
+    # exceeds the time per step on the job's clock, which is what the period reports.
+    run = _hand_run(tmp_path, [100, 100, 100, 100, 100])
+    import polars as pl
+
+    run.steps = run.steps.with_columns(
+        pl.when(pl.col("rank") == 1).then(pl.col("t_end_ns") + 20_000_000).otherwise(pl.col("t_end_ns"))
+        .alias("t_end_ns")
+    )
+    s = summarize_run(run, warmup=1)
+    assert s["iter_mean_s"] == pytest.approx(0.120)
+    assert s["period_s"] == pytest.approx((0.4 + 0.02) / 4)  # wall 420 ms over 4 steps
 
 
 def test_summarize_run_refuses_too_few_steps(tmp_path):

@@ -209,8 +209,9 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"{run_dir}: {count(summary['world_size'], 'GPU')} on {count(nodes, 'node')}, "
             f"{count(summary['steps'], 'step')} after warm-up: "
-            f"{summary['throughput']:.1f} samples/s, iteration {summary['iter_mean_s'] * 1e3:.1f} ms "
-            f"(p99 {summary['iter_p99_s'] * 1e3:.1f} ms), CV {summary['cv']:.3f}"
+            f"{summary['throughput']:.1f} samples/s, {summary['period_s'] * 1e3:.1f} ms per step "
+            f"(wall/steps), iteration {summary['iter_mean_s'] * 1e3:.1f} ms (first rank's start to last "
+            f"rank's end; p99 {summary['iter_p99_s'] * 1e3:.1f} ms), CV {summary['cv']:.3f}"
         )
         typer.echo(f"next: fabricpace diagnose {run_dir}")
 

@@ -9,7 +9,11 @@ Definitions (steps before ``warmup`` are dropped):
 - throughput = samples of the counted steps / wall time from the first counted step's start to the
   last counted step's end (gaps between steps count, as they do for a user's clock); samples are
   divided by the workload's model-parallel degree (TP × PP ranks share their samples);
-- cv = standard deviation / mean of the iteration times (population std, ddof 0).
+- cv = standard deviation / mean of the iteration times (population std, ddof 0);
+- period = wall time / counted steps: the time per step on the job's clock. When ranks are skewed,
+  one rank's step starts before another's previous one ended, so iterations overlap and their mean
+  exceeds the period (a rank made faster can even lengthen the iteration while the period shrinks);
+  what-if comparisons of speed read the period or the throughput.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ def summarize_run(run: RunData, warmup: int) -> dict[str, Any]:
         "iter_mean_s": mean,
         "iter_p50_s": float(np.median(it)),
         "iter_p99_s": float(np.quantile(it, 0.99)),
+        "period_s": wall / table.height,
         "steps": int(table.height),
         "samples_per_step": samples / table.height,
         "wall_s": wall,
