@@ -141,3 +141,26 @@ def test_profiler_cycles_are_not_time_outside_steps(tmp_path):
     r = diagnose([run]).runs[0]
     assert r.metrics["out_of_step_share"] < 0.05, r.metrics
     assert not any("outside steps" in w for w in r.warnings), r.warnings
+
+
+def test_nccl_tests_sweep_is_not_read_as_step_time_variability(tmp_path):
+    """Import audit #9: an nccl-tests import has one step per message size. Before, the run line read
+    "step 0.75 ms median (robust CV 1.264, p95/p50 32.21); step 13 took 34.51 ms: mean 5.45 ms (CV
+    1.771)" — the 8 GiB row as a one-off stall. Now the step statistics are left out and the first
+    warning says the run is a size sweep, with the time per size."""
+    from pathlib import Path
+
+    log = Path(__file__).parents[1] / "fabric" / "data" / "h100ib_n2_all_reduce.log"
+    run = tmp_path / "run"
+    _cli("import", "nccl-tests", str(log), "-o", str(run))
+    text = " ".join(_cli("diagnose", str(run)).split())
+    run_line = text.split(" — verdict:")[0]
+    assert "CV" not in run_line and "took" not in text, text
+    assert "nccl-tests size sweep: one step per message size, not a training run" in text
+    assert "all_reduce 1 MiB" in text and "8 GiB" in text, text
+    m = json.loads(_cli("diagnose", str(run), "--format", "json"))["runs"][0]["metrics"]
+    assert m["step_cv"] is None and "step_outliers" not in m
+    sweep = m["size_sweep"]
+    assert [r["bytes"] for r in sweep] == sorted(r["bytes"] for r in sweep) and sweep[-1]["bytes"] == 8 << 30
+    assert all(r["op"] == "all_reduce" and r["time_ms"] > 0 for r in sweep)
+    assert sweep[-1]["time_ms"] > sweep[0]["time_ms"]  # 8 GiB takes longer than 1 MiB

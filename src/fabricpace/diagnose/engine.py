@@ -118,6 +118,54 @@ def _note_left_out(
             f.evidence["left_out_of_loss"] = out["note"]
 
 
+_SWEEP_SOURCES = ("import:nccl-tests",)  # one step per message size: a description of the fabric
+
+
+def _bytes(n: int) -> str:
+    """1073741824 -> '1 GiB', 8 -> '8 B'."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def _size_sweep(m: RunMetrics) -> list[dict[str, Any]] | None:
+    """Per step of an nccl-tests import (one step per message size): op, bytes, time (median over
+    ranks) and algorithm bandwidth; None for any other source."""
+    if m.run.manifest.source not in _SWEEP_SOURCES or m.instances is None or m.run.steps.height == 0:
+        return None
+    t0, t1 = pl.col("t_start_ns"), pl.col("t_end_ns")
+    times = (
+        m.run.steps.filter(t0.is_not_null() & t1.is_not_null())
+        .group_by("step")
+        .agg((t1 - t0).median().cast(pl.Float64).alias("ns"))
+    )
+    shape = m.instances.group_by("step").agg(pl.col("op").first(), pl.col("bytes").max())
+    ok = pl.col("bytes").is_not_null() & (pl.col("ns") > 0)
+    rows = shape.join(times, on="step").filter(ok).sort("step")
+    return [
+        {"step": int(st), "op": str(op), "bytes": int(b), "time_ms": ns / 1e6, "algbw_gbytes_s": b / ns}
+        for st, op, b, ns in rows.select("step", "op", "bytes", "ns").iter_rows()
+    ] or None
+
+
+def _sweep_note(rows: list[dict[str, Any]]) -> str:
+    """'nccl-tests size sweep …: all_reduce 8 B 0.030 ms, 1 KiB …, 1 GiB 6.346 ms (28 sizes …)'."""
+    parts = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        mine = [r for r in rows if r["op"] == op]
+        keep = [
+            r for i, r in enumerate(mine)
+            if i in (0, len(mine) - 1) or any(r["bytes"] == 1 << k for k in (10, 20, 30))
+        ]
+        parts.append(f"{op} " + ", ".join(f"{_bytes(r['bytes'])} {r['time_ms']:.3f} ms" for r in keep))
+    return (
+        "nccl-tests size sweep: one step per message size, not a training run, so step-time statistics "
+        f"are left out (they would describe the sizes): {'; '.join(parts)} ({_n(len(rows), 'size')}; "
+        "metrics.size_sweep lists each)"
+    )
+
+
 def _headline(m: RunMetrics, cfg: DiagnoseConfig) -> dict[str, Any]:
     """The run's step time: mean, median, CV, and a spread one outlier step cannot make (robust CV
     = 1.4826·MAD/median, p95/p50); ``step_outliers`` when one or a few steps make the CV (one_off.py):
@@ -145,6 +193,13 @@ def _headline(m: RunMetrics, cfg: DiagnoseConfig) -> dict[str, Any]:
         if outliers:
             out["step_outliers"] = outliers
     out.update(_out_of_step(m))
+    sweep = _size_sweep(m)
+    if sweep:  # the spread of a size sweep is the sizes': "step 27 took 6.35 ms" read as a stall
+        for k in ("step_ms_mean", "step_ms_median", "step_cv", "step_cv_robust", "step_ms_p95"):
+            out[k] = None
+        out["step_p95_over_p50"] = None
+        out.pop("step_outliers", None)
+        out["size_sweep"] = sweep
     return out
 
 
@@ -296,6 +351,9 @@ def diagnose_metrics(
     metrics["not_applicable"] = not_applicable
     metrics["notes"] = m.notes
     said: list[str] = []  # what the reader of any number above must know, first in the run's warnings
+    if metrics.get("size_sweep"):
+        metrics["step_cv"] = None  # sync_amplification's metrics give it again
+        said.append(_sweep_note(metrics["size_sweep"]))
     if m.dropped_groups:
         metrics["dropped_groups"] = m.dropped_groups
         if m.lateness is not None:
