@@ -171,3 +171,21 @@ def test_wrong_counts_are_read_from_stdout_and_json_logs(data_dir, tmp_path):
     p.write_text(json.dumps(doc))
     js = parse_log(p)
     assert [(r.size, r.wrong) for r in js.wrong_rows] == [(1 << 20, 128)] and js.out_of_bounds == 4
+
+
+# ---- finding 1: predictions outside the calibrated size range ------------------------------------------
+def test_sizes_outside_the_calibrated_range_get_a_note(cli, data_dir, tmp_path):
+    fit = tmp_path / "cal_ib.yaml"
+    logs = [str(data_dir / f"h100ib_n{n}_all_reduce.log") for n in (2, 4)]
+    r = cli("collective", "--calibrate", *logs, "--save-calibration", str(fit), "--nodes", "8",
+            "--sizes", "1M,32M", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    note = next(line for line in r.stderr.splitlines() if "calibrated range" in line)
+    assert "1M" in note and "32M.." in note and "32M," not in note
+    # the saved calibration keeps its range: a later prediction from the file says so too
+    r = cli("collective", "--cluster", str(fit), "--nodes", "2,8", "--sizes", "1M,2M,16G", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if "calibrated range" in line]
+    assert len(lines) == 1 and "1M, 2M, 16G" in lines[0] and "32M..8G" in lines[0]
+    r = cli("collective", "--cluster", str(fit), "--nodes", "8", "--sizes", "32M,8G", "--format", "csv")
+    assert r.returncode == 0 and "calibrated range" not in r.stderr

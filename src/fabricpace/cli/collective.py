@@ -169,6 +169,9 @@ def register(app: typer.Typer) -> None:
                 print(f"calibrated cluster written to {save_calibration}", file=sys.stderr)
         elif save_calibration is not None:
             raise InputError("--save-calibration needs --calibrate LOG (the nccl-tests logs to fit)")
+        outside = _size_range_note(size_list, cl.tuning.calibrated_sizes)
+        if outside:
+            print(outside, file=sys.stderr)
 
         rows: list[dict[str, Any]] = []
         explains: list[dict[str, Any]] = []
@@ -299,6 +302,31 @@ def _extrapolation_note(node_list: list[int], fitted: tuple[int, ...]) -> str | 
         f"({ratio:.0f}x beyond): on the validation set the worst error grew with that distance "
         "(2x: 7%; 8x: 16-32%; 30-70x: 31% all-reduce, 92% all-gather; docs/cluster-files.md). "
         "Measure one larger node count and pass it to --compare to check"
+    )
+
+
+def _size_range_note(size_list: list[int], fitted: tuple[int, int] | None) -> str | None:
+    """A note naming the requested sizes outside the size range of the calibration's rows: the fit used
+    only those rows, and its fixed cost (base_us) carries their fixed costs, which smaller sizes do not
+    have (docs/cluster-files.md, "Sizes outside the calibrated range")."""
+    if fitted is None:
+        return None
+    lo, hi = fitted
+    out = [s for s in size_list if not lo <= s <= hi]
+    if not out:
+        return None
+    names = ", ".join(_human(s) for s in out[:8]) + (", ..." if len(out) > 8 else "")
+    why = []
+    if any(s < lo for s in out):
+        why.append(
+            "below it the fitted fixed cost dominates (on the H100 InfiniBand logs 1-8 MiB came out 30-99% "
+            "too slow)"
+        )
+    if any(s > hi for s in out):
+        why.append("above it no measured row checks the model")
+    return (
+        f"note: size(s) {names} outside the calibrated range {_human(lo)}..{_human(hi)} (the rows the fit "
+        f"used): {'; '.join(why)}; treat them as rough (docs/cluster-files.md)"
     )
 
 

@@ -446,7 +446,8 @@ def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> 
     """Fit ``cluster``'s tuning to measured points (``names``: where they came from, for ``source``)."""
     params, pred = fit_tuning(cluster, points)
     err = np.abs(pred / points.time_s - 1.0) * 100
-    calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names))
+    sizes = (int(points.nbytes.min()), int(points.nbytes.max()))
+    calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names), calibrated_sizes=sizes)
     return Fit(
         calibrated, params, len(points), float(np.median(err)), float(err.max()), tuple(names),
         kept=unconstrained(cluster, points),

@@ -87,7 +87,8 @@ class Tuning(BaseModel):
     ``tuner``: who picks the algorithm and protocol: ``nccl`` (NCCL's cost model, with NCCL's constants)
     or ``aws-ofi-p5`` (the region tables of AWS's aws-ofi-nccl tuner plugin for p5; fabric/tuner.py).
     ``channels``: NCCL channels (parallel rings/trees). ``nvls``: NVLink SHARP available (H100 NVSwitch),
-    with its intra-node all-reduce ``nvls_busbw_gbytes``. ``source``: defaults, or the logs of a fit.
+    with its intra-node all-reduce ``nvls_busbw_gbytes``. ``source``: defaults, or the logs of a fit;
+    ``calibrated_sizes``: the size range of the rows that fit used.
     """
 
     model_config = _FROZEN
@@ -103,6 +104,16 @@ class Tuning(BaseModel):
     nvls: bool = False
     nvls_busbw_gbytes: float = Field(default=480.0, gt=0)
     source: str = "defaults"
+    # [smallest, largest] size in bytes of the rows a calibration fitted (written by --calibrate); predictions
+    # outside it get a note: the fitted fixed cost carries the large sizes' fixed costs
+    calibrated_sizes: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def _sizes_in_order(self) -> Tuning:
+        lo_hi = self.calibrated_sizes
+        if lo_hi is not None and not 0 < lo_hi[0] <= lo_hi[1]:
+            raise ValueError(f"calibrated_sizes {list(lo_hi)}: expected [smallest, largest] bytes, both > 0")
+        return self
 
 
 class Cluster(BaseModel):
