@@ -4,22 +4,37 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 
 from fabricpace._errors import LabError
 
+# Signals the command must not die of: the terminal's Ctrl-C, `kill`, a closed terminal.
+_SHIELDED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
 
 def run(
     args: Sequence[str], *, check: bool = True, timeout: float = 30.0
 ) -> subprocess.CompletedProcess[str]:
-    """Run one command; a non-zero exit (when ``check``) is a LabError naming the command and stderr."""
+    """Run one command; a non-zero exit (when ``check``) is a LabError naming the command and stderr.
+
+    The command runs in its own session with SIGINT, SIGTERM and SIGHUP blocked (a child inherits the
+    signal mask; ``timeout`` still ends it with SIGKILL). Ctrl-C goes to the terminal's whole foreground
+    process group, and a clean-up's ``tc``/``ip`` used to die of the user's second Ctrl-C half-way (the
+    uplink stayed at the fault's rate). A new session alone is not enough: the child resets its signal
+    handlers before it calls setsid(), and a Ctrl-C in between killed it. These commands are short; the
+    launcher decides what an interrupt does once they have finished (the signal is held until then)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
     try:
-        proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
+                              start_new_session=True)
     except FileNotFoundError as exc:
         raise LabError(f"{args[0]}: not found; install iproute2 (ip, tc) to use the fabric lab") from exc
     except subprocess.TimeoutExpired as exc:
         raise LabError(f"{' '.join(args)}: timed out after {timeout:.0f} s") from exc
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if check and proc.returncode != 0:
         msg = (proc.stderr or proc.stdout).strip().splitlines()
         raise LabError(f"{' '.join(args)}: {msg[0] if msg else f'exit {proc.returncode}'}")

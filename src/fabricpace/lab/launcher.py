@@ -9,6 +9,7 @@ leaf) into ``ranks.parquet`` and the manifest, and the fault timeline into ``lab
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -396,7 +397,7 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
             # the same --out next time. Only a run whose ranks failed keeps their logs (the error
             # names them).
             keep_logs = isinstance(exc, LabError) and bool(run.procs)
-            with _signals_wait():
+            with _signals_wait(keep=True):
                 _discard(out, scratch, created, keep_logs=keep_logs)
             raise
     _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
@@ -406,50 +407,113 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
 
 
 @contextlib.contextmanager
-def _handling(sigs: tuple[signal.Signals, ...], handler: Callable[[int, object], None]) -> Iterator[None]:
+def _handling(sigs: tuple[signal.Signals, ...], handler: Callable[[int, object], None], *,
+              linger_s: float = 0.0) -> Iterator[None]:
     """``handler`` for ``sigs`` inside the block (main thread only; a signal set to be ignored, as
-    under nohup, stays ignored: that user wants the run to outlive the terminal)."""
+    under nohup, stays ignored: that user wants the run to outlive the terminal).
+
+    With ``linger_s``, when the block ends by an interrupt, the same signals that arrive within
+    ``linger_s`` seconds after it are still waited out: they are the rest of the user's burst of
+    Ctrl-C, and the command is on its way out (exit 130). Without that, one landing just after the
+    clean-up killed the process with a traceback (exit -2 instead of 130)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     kept = [sig for sig in sigs if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, handler) for sig in kept}
+    interrupted = False
     try:
         yield
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, _lingering(old, linger_s) if interrupted and linger_s > 0 else old)
+        if interrupted and linger_s > 0 and previous:
+            # Python puts the default handlers back while it exits: ignore them then, while they last.
+            atexit.register(_ignore_until, list(previous), time.monotonic() + linger_s)
+
+
+def _ignore_until(sigs: list[signal.Signals], until: float) -> None:
+    if time.monotonic() < until and threading.current_thread() is threading.main_thread():
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _lingering(previous: Any, seconds: float) -> Callable[[int, object], None]:
+    """A handler that ignores its signal for ``seconds``, then puts ``previous`` back and acts as it."""
+    until = time.monotonic() + seconds
+
+    def handler(signum: int, frame: object) -> None:
+        if time.monotonic() < until:
+            return
+        signal.signal(signum, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)
+
+    return handler
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LINGER_S = 3.0  # after an interrupted run, more of the same signals are waited out this long
+
+
+class _Interrupts:
+    """What Ctrl-C (SIGINT), ``kill`` (SIGTERM) and a closed terminal (SIGHUP) do during a run.
+
+    The first one interrupts the run (KeyboardInterrupt: the clean-up path). Once the clean-up has
+    begun, for that or any other reason, later ones are noted and waited out: a Ctrl-C pressed again
+    and again used to land in the gaps between clean-up steps (between ending the ranks and removing
+    the run directory) and cut the rest short."""
+
+    def __init__(self) -> None:
+        self.cleaning = False
+        self.told = False
+
+    def handler(self, signum: int, frame: object) -> None:
+        if not self.cleaning:
+            self.cleaning = True
+            sig = signal.Signals(signum)
+            raise KeyboardInterrupt() if sig == signal.SIGINT else KeyboardInterrupt(sig.name)
+        if not self.told:
+            self.told = True
+            print("fabricpace: cleaning up the lab run (ending its ranks, restoring the lab); "
+                  "this takes a few seconds", file=sys.stderr, flush=True)
+
+
+_INTERRUPTS = _Interrupts()
 
 
 def _stop_signals_interrupt() -> contextlib.AbstractContextManager[None]:
-    """SIGTERM and SIGHUP (``kill``, ``timeout``, a closed terminal) end the run like Ctrl-C does.
+    """SIGINT, SIGTERM and SIGHUP (Ctrl-C, ``kill``, ``timeout``, a closed terminal) end the run the
+    same way, through one handler for the whole run.
 
-    Python's default for both is to die at once: the ranks trained on as orphans, the throttled
-    rank's cgroup and the half-written run directory stayed. As KeyboardInterrupt they take the
-    same cleanup path as Ctrl-C."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    return _handling((signal.SIGTERM, signal.SIGHUP), interrupt)
+    Python's default for SIGTERM and SIGHUP is to die at once: the ranks trained on as orphans, the
+    throttled rank's cgroup and the half-written run directory stayed. As KeyboardInterrupt they take
+    the same cleanup path as Ctrl-C."""
+    global _INTERRUPTS
+    _INTERRUPTS = _Interrupts()
+    return _handling(_SIGNALS, _INTERRUPTS.handler, linger_s=LINGER_S)
 
 
-def _signals_wait() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _signals_wait(*, keep: bool = False) -> Iterator[None]:
     """A second Ctrl-C (or SIGTERM, SIGHUP) while the run cleans up is noted and waited out.
 
     The clean-up ends the ranks (at most ~5 s), removes the throttle cgroup, restores the lab's shaping
     and the half-written run directory; cut short, it left ranks, a cgroup or folders behind. What it
-    waits for is bounded, so the user waits seconds, not forever."""
-    told = False
-
-    def wait(signum: int, frame: object) -> None:
-        nonlocal told
-        if not told:
-            told = True
-            print("fabricpace: cleaning up the lab run (ending its ranks, restoring the lab); "
-                  "this takes a few seconds", file=sys.stderr, flush=True)
-
-    return _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), wait)
+    waits for is bounded, so the user waits seconds, not forever. With ``keep`` (or when the block
+    raises) later signals stay waited out after the block too: more clean-up follows."""
+    ints = _INTERRUPTS
+    was = ints.cleaning
+    ints.cleaning = True
+    with _handling(_SIGNALS, ints.handler):
+        yield
+    if not keep:
+        ints.cleaning = was
 
 
 def _first_missing(out: Path) -> Path | None:
@@ -495,16 +559,22 @@ def _run_ranks(sc: Scenario, run: _Run, *, out: Path, cfg: LabConfig | None, wor
         # No cgroups (not root): the same straggler, made by extra compute instead of a CPU quota.
         slow = (",".join(str(r) for r in th.ranks), 4.0)
     args = worker_args(sc, run_dir=out, steps=steps, pacing=pacing, seed=seed, slow=slow)
+    def restore() -> None:
+        _cleanup(run, cfg, prefix)
+        if cfg is not None and sc.faults.uplink_change is not None:
+            fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
+
     try:
         _spawn_workers(sc, run, world=world, out=out, args=args, cfg=cfg, rank_node=rank_node)
         throttle = (lambda: _throttle(run, th.ranks, th.cpus, prefix, world)) if th and use_cgroup else None
         _wait(run, sc, out=out, steps=steps, deadline_s=deadline, cfg=cfg, progress=progress,
               on_start=throttle)
-    finally:
-        with _signals_wait():
-            _cleanup(run, cfg, prefix)
-            if cfg is not None and sc.faults.uplink_change is not None:
-                fabric.set_uplink_rate(cfg, cfg.uplink_bps)  # the lab stays as `lab up` made it
+    except BaseException:
+        with _signals_wait(keep=True):  # the run directory's removal follows (run_scenario)
+            restore()
+        raise
+    with _signals_wait():
+        restore()
     if not (out / "manifest.json").is_file():
         raise LabError(f"scenario {sc.name}: the ranks finished but wrote no run directory at {out}; "
                        f"logs in {scratch_dir(out)}")
