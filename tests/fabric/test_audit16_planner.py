@@ -189,3 +189,44 @@ def test_sizes_outside_the_calibrated_range_get_a_note(cli, data_dir, tmp_path):
     assert len(lines) == 1 and "1M, 2M, 16G" in lines[0] and "32M..8G" in lines[0]
     r = cli("collective", "--cluster", str(fit), "--nodes", "8", "--sizes", "32M,8G", "--format", "csv")
     assert r.returncode == 0 and "calibrated range" not in r.stderr
+
+
+# ---- finding 7: --explain ------------------------------------------------------------------------------
+def _os2(tmp_path: Path) -> Path:
+    """The roce-leaf-spine-2to1 preset cut to 64 nodes (4 leaves of 16), plain ECMP, as the audit used."""
+    return _cluster_file(tmp_path, "os2.yaml", preset="roce-leaf-spine-2to1", network={"nodes_per_leaf": 16})
+
+
+def _json_row(cli, *args: str) -> dict:
+    r = cli("collective", *args, "--explain", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)[0]
+
+
+def test_explain_all_to_all_names_the_bottleneck_link_and_its_flows(cli, tmp_path):
+    row = _json_row(cli, "--cluster", str(_os2(tmp_path)), "--op", "all_to_all", "--nodes", "64",
+                    "--sizes", "1G")
+    first = row["explain"]["links"][0]
+    assert row["bottleneck"] == first["link"] and "spine" in first["link"]
+    assert row["bottleneck_flows"] == first["flows"] > 0
+    assert "no flows" not in row["explain"]["text"] and first["link"] in row["explain"]["text"]
+
+
+@pytest.mark.parametrize("seed", ["0", "3"])
+def test_row_and_explain_name_the_same_link_and_flows(cli, tmp_path, seed):
+    """Seed 3 draws an ECMP collision (three flows on one spine uplink); seed 0 none, where every NIC port
+    carries the same two flows (a tie)."""
+    row = _json_row(cli, "--cluster", str(_os2(tmp_path)), "--nodes", "32", "--sizes", "8G", "--seed", seed)
+    first = row["explain"]["links"][0]
+    assert row["bottleneck"].removesuffix(" (ECMP collision)") == first["link"]
+    assert row["bottleneck_flows"] == first["flows"] and row["bottleneck_flows"] >= 2
+    if seed == "3":
+        assert "ECMP collision" in row["bottleneck"] and "spine" in first["link"]
+
+
+def test_explain_with_csv_goes_to_stderr(cli, tmp_path):
+    r = cli("collective", "--cluster", str(_os2(tmp_path)), "--nodes", "32", "--sizes", "8G", "--seed", "3",
+            "--explain", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith("op,nodes") and "bottleneck leaf" not in r.stdout
+    assert "bottleneck leaf0->spine11" in r.stderr and "flows share" in r.stderr

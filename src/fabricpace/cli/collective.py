@@ -69,7 +69,10 @@ def register(app: typer.Typer) -> None:
             None, "--save-calibration", help="write the calibrated cluster file here (never overwrites)"
         ),
         seed: int | None = typer.Option(None, "--seed", help="ECMP hashing seed (default: the cluster's)"),
-        explain: bool = typer.Option(False, "--explain", help="bottleneck links and flows sharing them"),
+        explain: bool = typer.Option(
+            False, "--explain",
+            help="bottleneck links and flows sharing them (with --format csv: on stderr)",
+        ),
         compare: list[str] | None = typer.Option(
             None, "--compare",
             help="nccl-tests logs to score the predictions against, without fitting to them "
@@ -201,6 +204,7 @@ def register(app: typer.Typer) -> None:
                         gpus_per_node=gpus_per_node,
                         algorithm=r.algorithm,
                         seed=cl.network.ecmp_seed if seed is None else seed,
+                        prefer=r.bottleneck,
                     )
                     # the model's bottleneck may sit outside the network (NVLink, the NVSwitch)
                     ex["model_bottleneck"] = r.bottleneck
@@ -228,6 +232,8 @@ def register(app: typer.Typer) -> None:
             for d in rows:
                 w.writerow(d)
             sys.stdout.write(buf.getvalue())
+            for e in explains:  # a CSV has no place for them: stderr, so stdout stays one table
+                print(e["text"], file=sys.stderr)
             return
         from rich.console import Console
         from rich.table import Table

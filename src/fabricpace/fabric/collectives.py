@@ -187,6 +187,33 @@ def _draw_uplink_time(
     return worst
 
 
+def _draw_uplink_link(
+    fab: _Fabric, pat: Pattern, cap: np.ndarray, rng: np.random.Generator
+) -> tuple[float, int, int]:
+    """One ECMP draw as ``_draw_uplink_time(..., 1, rng)`` makes it (same random numbers), with the busiest
+    uplink/downlink: (seconds per byte of S, its link index, queue pairs hashed onto it); (0, -1, 0) when
+    no connection crosses leaves."""
+    if pat.x_bytes.size == 0:
+        return 0.0, -1, 0
+    topo = fab.topo
+    q = fab.cluster.network.qps_per_connection
+    S = topo.spines
+    n_links = topo.n_leaves * S
+    spine = rng.integers(0, S, size=(1, pat.x_bytes.size * q))[0]
+    per_qp = np.repeat(pat.x_bytes / q, q)
+    base = 2 * topo.nodes * topo.nics_per_node
+    best = (0.0, -1, 0)
+    for leaves, first in ((pat.x_src_leaf, base), (pat.x_dst_leaf, base + n_links)):
+        idx = np.repeat(leaves * S, q) + spine
+        load = np.bincount(idx, weights=per_qp, minlength=n_links)
+        count = np.bincount(idx, minlength=n_links)
+        ratio = load / cap[first : first + n_links]
+        k = int(np.argmax(ratio))
+        if ratio[k] > best[0]:
+            best = (float(ratio[k]), first + k, int(count[k]))
+    return best
+
+
 def _hop_latencies(cluster: Cluster, nodes: int) -> tuple[float, float]:
     """(NVLink hop, network hop) latency in us from the cluster file; a network hop crosses one switch
     inside a leaf and three (leaf, spine, leaf) when the job spans leaves."""
@@ -529,12 +556,12 @@ def collective_time(
     fab = _fabric(cl, nodes, link_scale)
     plan = _choose(fab, op, nbytes, nodes, g, algorithm, protocol, _node_order(node_order, nodes))
     gen = rng if rng is not None else np.random.default_rng(cl.network.ecmp_seed)
-    up = float(_draw_uplink_time(fab, plan.pattern, plan.cap, 1, gen)[0])
+    up, up_link, up_flows = _draw_uplink_link(fab, plan.pattern, plan.cap, gen)
     t = float(_times(plan, nbytes, np.array([up]))[0])
     ranks = nodes * g
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    if up > plan.fixed_time:
-        name, nflows = "leaf-spine uplink (ECMP collision)", 0
+    if up > plan.fixed_time:  # the draw hashed several connections onto one spine path: that link
+        name, nflows = f"{fab.topo.link_name(up_link)} (ECMP collision)", up_flows
     elif plan.fixed_link < 0:
         name, nflows = "NVSwitch (NVLS)", 0
     else:

@@ -15,7 +15,7 @@ import numpy as np
 from fabricpace.fabric.cluster import Cluster
 from fabricpace.fabric.collectives import network_efficiency
 from fabricpace.fabric.maxmin import max_min_rates
-from fabricpace.fabric.patterns import ring_edges, tree_edges
+from fabricpace.fabric.patterns import alltoall_pattern, ring_edges, tree_edges
 from fabricpace.fabric.topology import Topology
 
 
@@ -55,11 +55,18 @@ def explain_collective(
     algorithm: str,
     seed: int,
     top: int = 3,
+    prefer: str | None = None,
 ) -> dict[str, Any]:
-    """Bottleneck links of one collective point with the flows sharing them (``text`` for humans)."""
+    """Bottleneck links of one collective point with the flows sharing them (``text`` for humans).
+    ``prefer``: the link the model's row names (``CollectiveResult.bottleneck``); among equally loaded
+    links (a ring's every NIC carries the same) it is the one named first, so the two agree."""
     g = cluster.gpus_per_node if gpus_per_node is None else gpus_per_node
-    if nodes < 2 or algorithm not in ("ring", "tree", "nvls_tree"):
-        why = "single node: NVLink only" if nodes < 2 else f"{op}/{algorithm}: load-bound estimate, no flows"
+    if nodes < 2:
+        return {"links": [], "text": f"{op} {nbytes} B on {nodes} nodes: single node: NVLink only"}
+    if algorithm == "p2p":
+        return _explain_p2p(cluster, op, nbytes, nodes, g, top, prefer)
+    if algorithm not in ("ring", "tree", "nvls_tree"):
+        why = f"{op}/{algorithm}: load-bound estimate, no flows"
         return {"links": [], "text": f"{op} {nbytes} B on {nodes} nodes: {why}"}
     rng = np.random.default_rng(seed)
     topo, routes, per_flow = routed_connections(cluster, op, nodes, g, algorithm, rng)
@@ -71,9 +78,14 @@ def explain_collective(
     used = np.bincount(routes.link, weights=routes.weight * rate[routes.flow], minlength=topo.n_links)
     count = np.bincount(routes.link, minlength=topo.n_links)
     slowest = int(np.argmin(rate))
+    pk = _link_index(topo, prefer)
+    if pk is not None:  # on a tie, a slowest flow through the model's link
+        tied = np.nonzero(rate <= rate[slowest] * (1 + 1e-9))[0]
+        through = np.intersect1d(tied, routes.flow[routes.link == pk])
+        slowest = int(through[0]) if through.size else slowest
     on_slowest = routes.link[routes.flow == slowest]
     sat = [int(lk) for lk in on_slowest if used[lk] >= cap[lk] * (1 - 1e-6)]
-    sat = sorted(set(sat), key=lambda lk: -count[lk])[:top]
+    sat = sorted(set(sat), key=lambda lk: (lk != pk, -count[lk]))[:top]
     links = []
     lines = [
         f"{op} {nbytes} B on {nodes} nodes x {g} GPUs ({algorithm}, {routes.n_flows} inter-node flows, "
@@ -96,3 +108,46 @@ def explain_collective(
             f"{each.min() * 8 / 1e9:.0f} Gb/s (1/{count[lk]} of it) -- {kind}"
         )
     return {"links": links, "network_time_us": slow * 1e6, "text": "\n".join(lines)}
+
+
+def _link_index(topo: Topology, name: str | None) -> int | None:
+    """Index of the link a model row names ('leaf0->spine3 (ECMP collision)' too); None if not a link."""
+    if not name:
+        return None
+    name = name.removesuffix(" (ECMP collision)")
+    return next((i for i in range(topo.n_links) if topo.link_name(i) == name), None)
+
+
+def _explain_p2p(
+    cluster: Cluster, op: str, nbytes: int, nodes: int, g: int, top: int, prefer: str | None
+) -> dict[str, Any]:
+    """All-to-all: every GPU sends to every peer, so the load per link is the model's own (the pattern of
+    collectives.py, ECMP as its even spread): the busiest network links, with the connections on them."""
+    topo = Topology.build(cluster, nodes)
+    pat = alltoall_pattern(cluster, topo, nodes, g)
+    n_net = 2 * nodes * topo.nics_per_node + 2 * topo.n_leaves * topo.spines
+    cap = topo.capacity[:n_net] * network_efficiency(cluster.tuning, "p2p")
+    ratio = pat.fixed[:n_net] / cap
+    worst = float(ratio.max())
+    pk = _link_index(topo, prefer)
+    busiest = [int(lk) for lk in np.nonzero(ratio >= worst * (1 - 1e-9))[0]]
+    busiest = sorted(busiest, key=lambda lk: (lk != pk, -int(pat.fixed_flows[lk]), lk))[:top]
+    lines = [
+        f"{op} {nbytes} B on {nodes} nodes x {g} GPUs (p2p: every GPU to every peer, "
+        f"{int(pat.fixed_flows[: nodes * topo.nics_per_node].sum())} inter-node connections, "
+        f"routing {cluster.network.routing} as its even spread): network time {worst * nbytes * 1e6:.1f} us"
+    ]
+    links = []
+    for lk in busiest:
+        gbps = cap[lk] * 8 / 1e9
+        flows = int(pat.fixed_flows[lk])
+        links.append(
+            {"link": topo.link_name(lk), "flows": flows, "capacity_gbps": gbps,
+             "per_flow_gbps": gbps / flows if flows else gbps}
+        )  # fmt: skip
+        kind = "spine path" if "spine" in topo.link_name(lk) else "NIC port"
+        lines.append(
+            f"  bottleneck {topo.link_name(lk)}: {flows} connections share {gbps:.0f} Gb/s and carry "
+            f"{pat.fixed[lk]:.3g} x S ({pat.fixed[lk] * nbytes / 2**20:.0f} MiB) -- {kind}"
+        )
+    return {"links": links, "network_time_us": worst * nbytes * 1e6, "text": "\n".join(lines)}

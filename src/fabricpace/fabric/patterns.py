@@ -96,6 +96,9 @@ def edges_pattern(
         fixed += np.bincount(
             topo.downlink(np.repeat(xb, S), np.tile(spines, xb.size)), weights=share, minlength=L
         )
+        # a sprayed connection crosses every spine path of its leaves (for --explain's flow counts)
+        flows += np.bincount(topo.uplink(np.repeat(xa, S), np.tile(spines, xa.size)), minlength=L)
+        flows += np.bincount(topo.downlink(np.repeat(xb, S), np.tile(spines, xb.size)), minlength=L)
         xa = xb = np.zeros(0, dtype=np.int64)
         xbytes = np.zeros(0)
     return fixed, flows, xa, xb, xbytes
