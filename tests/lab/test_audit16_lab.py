@@ -3,6 +3,7 @@ units, scenario checks. Real namespaces, tc, cgroups and gloo ranks; they need r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,3 +79,76 @@ def test_ctrl_c_pressed_again_and_again_still_restores_the_uplink(tmp_path, lab_
     assert _uplink_rates(cfg) == {200_000_000}, log[-2000:]
     assert not out.exists() and not (out.parent / ".hammer.lab").exists()
 
+
+
+def _cli_json(*args: str) -> dict:
+    r = subprocess.run([*CLI, *args, "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+# ------------------------------------------------------------------------------------------------ 2
+@needs_lab
+@pytest.mark.lab
+def test_drifted_shaping_is_listed_repaired_and_measured_as_it_is(lab_down_after):
+    """Audit 16 #2: an uplink left at a killed run's 20mbit (or set to 10mbit by hand) and a node link
+    whose qdisc was deleted: `lab status` listed no problem, `lab up` said "already up" and `lab
+    measure` printed the config's rate as "set". Now status lists each, up re-shapes, measure reads tc."""
+    prefix = "f16d-"
+    lab_down_after.append(prefix)
+    shape = ["--nodes", "2", "--leaves", "2", "--uplink", "200mbit", "--node-link", "1gbit",
+             "--prefix", prefix]
+    assert _cli_json("lab", "up", *shape)["action"] == "created"
+    cfg = fabric.load(prefix)
+    fabric.set_uplink_rate(cfg, 20_000_000)  # what a kill -9'd uplink_change run leaves
+    subprocess.run(["tc", "-n", cfg.switch_ns, "class", "replace", "dev", cfg.uplink_leaf_end(0), "parent",
+                    "1:", "classid", "1:10", "htb", "rate", "10mbit"], check=True)
+    subprocess.run(["tc", "-n", cfg.node_ns(0), "qdisc", "del", "dev", "eth0", "root"], check=True)
+
+    m = _cli_json("lab", "measure", "--seconds", "1", "--prefix", prefix)
+    assert m["set_rate_bps"] == 10_000_000, m  # the rate tc has on the path, not the config's 200mbit
+
+    st = _cli_json("lab", "status", "--prefix", prefix)
+    text = " | ".join(st["problems"])
+    assert f"uplink {cfg.uplink_leaf_end(0)} shaped at 10mbit, not 200mbit" in text, text
+    assert f"uplink {cfg.uplink_spine_end(1)} shaped at 20mbit, not 200mbit" in text, text
+    assert f"node link eth0 in {cfg.node_ns(0)} not shaped" in text, text
+    assert len(st["problems"]) == 5  # 4 uplink ends + the node link's deleted qdisc
+
+    again = _cli_json("lab", "up", *shape)
+    assert again["action"] == "re-shaped" and len(again["repaired"]) == 5, again
+    assert _uplink_rates(cfg) == {200_000_000}
+    assert fabric.read_rate(cfg.node_ns(0), "eth0") == 1_000_000_000
+    st = _cli_json("lab", "status", "--prefix", prefix)
+    assert st["up"] and st["problems"] == [], st
+    assert _cli_json("lab", "up", *shape)["action"] == "already up"
+
+
+@needs_lab
+@pytest.mark.lab
+def test_a_running_runs_uplink_change_is_not_a_problem_and_not_undone(tmp_path, lab_down_after):
+    """While a lab run holds the lab, its uplink change is expected: status does not flag it and `lab
+    up` does not re-shape under it (refused: the lab is in use)."""
+    prefix = "f16r-"
+    lab_down_after.append(prefix)
+    cfg = LabConfig(nodes=2, leaves=2, uplink_bps=200_000_000, prefix=prefix)  # as `lab up` makes it
+    fabric.up(cfg)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom fabricpace.lab import state\n"
+                               "with state.run_claim(sys.argv[1]):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)\n", prefix], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        fabric.set_uplink_rate(cfg, 20_000_000)
+        st = fabric.status(prefix)
+        assert st["problems"] == [] and set(st["uplink_rates"].values()) == {"20mbit"}, st
+        r = subprocess.run([*CLI, "lab", "up", "--nodes", "2", "--leaves", "2", "--uplink", "200mbit",
+                            "--prefix", prefix], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "already up" in r.stdout, (r.stdout, r.stderr)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _uplink_rates(cfg) == {20_000_000}
+    # The run is gone (killed): now the 20mbit is drift, and up repairs it.
+    assert len(fabric.status(prefix)["problems"]) == 4
+    assert fabric.up(cfg)["action"] == "re-shaped"
+    assert _uplink_rates(cfg) == {200_000_000}

@@ -90,11 +90,37 @@ def shape(ns: str, dev: str, bps: int) -> None:
              "htb", "rate", rate, "ceil", rate, "quantum", "60000"])
 
 
+_TC_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+
+
 def read_rate(ns: str, dev: str) -> int | None:
-    """The htb rate (bits/s) currently set on ``dev``'s class, or None when unshaped."""
+    """The htb rate (bits/s) currently set on ``dev``'s class, or None when unshaped (no htb qdisc or
+    no class 1:10: ``tc qdisc del`` takes the class with it)."""
     out = _sh.run(["tc", "-n", ns, "class", "show", "dev", dev], check=False).stdout
-    m = re.search(r"class htb 1:10 .*?rate (\S+)", out)
-    return parse_rate(m.group(1).lower().replace("bit", "bit")) if m else None
+    m = re.search(r"class htb 1:10 .*?rate (\d+(?:\.\d+)?)([A-Za-z]+)", out)
+    if not m or m.group(2).lower() not in _TC_UNITS:
+        return None
+    return round(float(m.group(1)) * _TC_UNITS[m.group(2).lower()])
+
+
+def _same_rate(have: int, want: int) -> bool:
+    """tc prints rates rounded (e.g. 1234Kbit); a drifted link is off by far more than 1%."""
+    return abs(have - want) <= max(8, want // 100)
+
+
+def shaped_links(cfg: LabConfig) -> list[tuple[str, str, int, str]]:
+    """Every shaped link end: (namespace, device, rate it should have, what it is)."""
+    links: list[tuple[str, str, int, str]] = []
+    for leaf in range(cfg.leaves):
+        for dev in (cfg.uplink_leaf_end(leaf), cfg.uplink_spine_end(leaf)):
+            links.append((cfg.switch_ns, dev, cfg.uplink_bps, "uplink"))
+    hosts = [(cfg.node_ns(n), cfg.node_port(n)) for n in range(cfg.nodes)]
+    if cfg.foreign_hosts:
+        hosts += [(cfg.foreign_ns(side), cfg.foreign_port(side)) for side in (0, 1)]
+    for ns, port in hosts:
+        links.append((ns, cfg.NODE_IFACE, cfg.node_link_bps, "node link"))
+        links.append((cfg.switch_ns, port, cfg.node_link_bps, "node link"))
+    return links
 
 
 def set_uplink_rate(cfg: LabConfig, bps: int) -> None:
@@ -181,14 +207,21 @@ def _build(cfg: LabConfig) -> None:
 
 
 def up(cfg: LabConfig) -> dict[str, Any]:
-    """Bring the lab up. Idempotent: an identical healthy lab is left alone; anything else with the same
-    prefix (a different size, a half-built lab after a crash) is torn down and rebuilt."""
+    """Bring the lab up. Idempotent: an identical healthy lab is left alone; one whose shaping drifted
+    (a killed run's uplink change, a hand-made ``tc`` change, a deleted qdisc) is re-shaped; anything
+    else with the same prefix (a different size, a half-built lab after a crash) is torn down and
+    rebuilt."""
     require_lab()
     current = state.read(cfg.prefix)
     if current and current.get("up_complete") and current.get("config") == cfg.to_dict():
         problems = _verify(cfg)
         if not problems:
-            return status(cfg.prefix) | {"action": "already up"}
+            drift = _drift(cfg)
+            if not drift:
+                return status(cfg.prefix) | {"action": "already up"}
+            refuse_if_busy(cfg.prefix, "re-shaping it")
+            _reshape(cfg, drift)
+            return status(cfg.prefix) | {"action": "re-shaped", "repaired": [d["problem"] for d in drift]}
     refuse_if_busy(cfg.prefix, f"rebuilding it as {cfg.nodes} nodes on {cfg.leaves} leaves")
     if current or list_namespaces(cfg.prefix) or _root_links(cfg.prefix):
         down(cfg.prefix)
@@ -211,6 +244,14 @@ def up(cfg: LabConfig) -> dict[str, Any]:
     return status(cfg.prefix) | {"action": "created"}
 
 
+def _reshape(cfg: LabConfig, drift: list[dict[str, Any]]) -> None:
+    """Put every drifted link end back at the rate ``lab up`` gave it."""
+    for d in drift:
+        shape(d["namespace"], d["device"], d["want_bps"])
+    with state.locked(cfg.prefix) as st:
+        st["shaping"] = {"uplink": format_rate(cfg.uplink_bps), "node_link": format_rate(cfg.node_link_bps)}
+
+
 # ---------------------------------------------------------------------------------------------- status
 def _verify(cfg: LabConfig) -> list[str]:
     problems: list[str] = []
@@ -219,13 +260,34 @@ def _verify(cfg: LabConfig) -> list[str]:
     if cfg.foreign_hosts:
         want += [cfg.foreign_ns(0), cfg.foreign_ns(1)]
     problems += [f"namespace {n} missing" for n in want if n not in have]
-    if problems:
-        return problems
-    for leaf in range(cfg.leaves):
-        for dev in (cfg.uplink_leaf_end(leaf), cfg.uplink_spine_end(leaf)):
-            if read_rate(cfg.switch_ns, dev) is None:
-                problems.append(f"uplink {dev} not shaped")
     return problems
+
+
+def _drift(cfg: LabConfig) -> list[dict[str, Any]]:
+    """Link ends whose htb class is missing or whose rate is not the one ``lab up`` set.
+
+    A run's uplink change is expected while that run holds the lab (the state records the rate it
+    set); after the run (or after ``kill -9`` of it) the uplinks must be back at the lab's rate. Before,
+    only the uplink classes' existence was checked, so a killed ``uplink_change`` run left 20mbit
+    uplinks that every later run used while its manifest said 200mbit."""
+    st = state.read(cfg.prefix) or {}
+    run_rate = str((st.get("shaping") or {}).get("uplink") or "")
+    running = state.claimed_elsewhere(cfg.prefix)
+    drift: list[dict[str, Any]] = []
+    for ns, dev, want, kind in shaped_links(cfg):
+        have = read_rate(ns, dev)
+        if have is not None and _same_rate(have, want):
+            continue
+        if (have is not None and kind == "uplink" and running and run_rate
+                and _same_rate(have, parse_rate(run_rate))):
+            continue  # the running lab run's uplink change
+        where = dev if ns == cfg.switch_ns else f"{dev} in {ns}"
+        what = ("not shaped (no htb class)" if have is None
+                else f"shaped at {format_rate(have)}, not {format_rate(want)}")
+        drift.append({"namespace": ns, "device": dev, "want_bps": want, "have_bps": have,
+                      "problem": f"{kind} {where} {what}; `lab up` with the same shape (or the next "
+                                 "`lab run`) re-shapes it"})
+    return drift
 
 
 def status(prefix: str = "fp-") -> dict[str, Any]:
@@ -247,7 +309,6 @@ def status(prefix: str = "fp-") -> dict[str, Any]:
     cfg = LabConfig.from_dict(st["config"])
     problems = _verify(cfg) if st.get("up_complete") else ["lab up did not finish; run `lab down`"]
     out["up"] = not problems
-    out["problems"] = problems
     out["config"] = st["config"]
     if not problems:
         out["uplink_rates"] = {
@@ -255,6 +316,10 @@ def status(prefix: str = "fp-") -> dict[str, Any]:
             for leaf in range(cfg.leaves)
             for dev in (cfg.uplink_leaf_end(leaf), cfg.uplink_spine_end(leaf))
         }
+        drift = _drift(cfg)
+        out["drift"] = [{k: v for k, v in d.items() if k != "problem"} for d in drift]
+        problems = problems + [d["problem"] for d in drift]
+    out["problems"] = problems
     return out
 
 

@@ -207,8 +207,17 @@ def measure_uplink(cfg: LabConfig, *, seconds: float = 2.0) -> Measurement:
     """Goodput across the spine: first node of leaf 0 to the last node (on the last leaf)."""
     if cfg.leaves < 2:
         raise LabError("measuring the uplink needs at least 2 leaves")
+    from fabricpace.lab.fabric import read_rate
+
     last = cfg.nodes - 1
-    return measure(cfg, cfg.node_ns(0), cfg.node_ns(last), cfg.node_addr(last), seconds=seconds)
+    # "set" is what tc has now on the path's two uplink ends (leaf 0 -> spine, spine -> last leaf), not
+    # the lab's config: a drifted uplink (10mbit by hand, a killed run's change) showed "set 50 Mbit/s,
+    # measured 9.6 (19%)" and hid the cause.
+    read = [read_rate(cfg.switch_ns, cfg.uplink_leaf_end(0)),
+            read_rate(cfg.switch_ns, cfg.uplink_spine_end(cfg.leaf_of(last)))]
+    have = [r for r in read if r]
+    return measure(cfg, cfg.node_ns(0), cfg.node_ns(last), cfg.node_addr(last), seconds=seconds,
+                   set_rate_bps=min(have) if have else None)
 
 
 if __name__ == "__main__":
