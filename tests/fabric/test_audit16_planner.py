@@ -230,3 +230,25 @@ def test_explain_with_csv_goes_to_stderr(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0].startswith("op,nodes") and "bottleneck leaf" not in r.stdout
     assert "bottleneck leaf0->spine11" in r.stderr and "flows share" in r.stderr
+
+
+# ---- finding 2: the documented sensitivity of tree latency to hop_latency_us ----------------------------
+def test_tree_latency_moves_by_the_documented_multiple_of_the_switch_latency(tmp_path):
+    """docs/cluster-files.md: a (NVLS-)tree level costs (nic + switches x hop) x 50/9.6 with Simple, twice
+    per level: 0.3 us more per switch adds 2 x levels x switches x 0.3 x 50/9.6 (16 nodes: one leaf, 4 levels;
+    17 nodes: two leaves, 3 switches, 5 levels)."""
+    from fabricpace.fabric import collective_time, load_cluster
+
+    base = load_cluster("roce-leaf-spine-2to1").model_copy(deep=True)
+    lat = {}
+    for hop in (0.3, 0.6):
+        net = base.network.model_copy(update={"hop_latency_us": hop, "nic_latency_us": 2.0,
+                                              "oversubscription": 1.0})
+        cl = base.model_copy(update={"network": net})
+        for nodes in (16, 17):
+            r = collective_time(cl, "all_reduce", 25 << 20, nodes=nodes)
+            assert (r.algorithm, r.protocol) == ("nvls_tree", "Simple")
+            lat[hop, nodes] = r.latency_s * 1e6
+    for nodes, levels, switches in ((16, 4, 1), (17, 5, 3)):
+        step = 2 * levels * switches * 0.3 * 50 / 9.6
+        assert lat[0.6, nodes] - lat[0.3, nodes] == pytest.approx(step, rel=1e-9)
