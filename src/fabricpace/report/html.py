@@ -26,6 +26,7 @@ from fabricpace._errors import InputError
 from fabricpace.diagnose.stats import named
 from fabricpace.report import data as rd
 from fabricpace.report import figures
+from fabricpace.report import injected as inj_mod
 from fabricpace.report.evidence import CONFIDENCE_HELP
 from fabricpace.report.evidence import described as evidence_described
 from fabricpace.report.output import check_new_file, publish
@@ -47,6 +48,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .finding{border-left:5px solid #E45756;background:#fff7f6;padding:8px 14px;margin:10px 0}
 .finding.low{border-color:#F58518;background:#fffaf2}
 .healthy{border-left:5px solid #54A24B;background:#f4fbf3;padding:8px 14px;margin:10px 0}
+.truth{border-left:5px solid #4C78A8;background:#f3f7fb;padding:8px 14px;margin:10px 0}
 .note{border-left:5px solid #999;background:#f7f7f7;padding:8px 14px;margin:10px 0}
 .finding h3{margin:4px 0} code{background:#f1f1f1;padding:0 3px}
 ul.evidence{margin:2px 0 4px;padding-left:20px;columns:2 360px;font-size:13px}
@@ -187,6 +189,65 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
         out.append('<details class="glossary"><summary>What the evidence terms mean</summary>'
                    f"<dl>{listed}</dl></details>")
     return "\n".join(out)
+
+
+_KIND_WORDS = {"lab": "a fabric-lab run", "local": "a local run (gloo ranks on loopback)",
+               "sim": "a simulation"}
+
+
+def injected_html(runs: Sequence[tuple[str, Path, inj_mod.Injected]], diag: dict[str, Any] | None) -> str:
+    """The "What this run injected" section: per lab, local or simulated run, the faults put into it
+    on purpose (``report.injected``), and how the findings compare; '' when no run recorded any (a
+    real job's run directory)."""
+    if not runs:
+        return ""
+    findings = [f for f in (diag or {}).get("findings") or [] if isinstance(f, dict)]
+    title = "What this run injected" if len(runs) == 1 else "What these runs injected"
+    out = [f'<h2 id="injected">{title}</h2>']
+    for name, path, inj in runs:
+        what = "the scenario" if inj.kind != "sim" else "the noise file"
+        label = "scenario" if inj.kind != "sim" else "noise"
+        head = f"<h3>Run {_esc(name)}</h3>" if len(runs) > 1 else ""
+        parts = [
+            f'<div class="truth">{head}<b>Ground truth</b> of {_KIND_WORDS[inj.kind]}, {label} '
+            f"<code>{_esc(inj.name)}</code>: what {what} put into this run on purpose (manifest.json "
+            + ("extra.faults and lab/lab.json" if inj.kind != "sim" else "extra.noise")
+            + "), to hold the findings against. A run observed in a real job has no such section: its "
+            "causes are unknown until diagnosed."
+        ]
+        if inj.faults:
+            how = any(f.applied for f in inj.faults)  # a simulation's faults are applied as written
+            rows = "".join(
+                f"<tr><td>{_esc(f.where)}</td><td>{_esc(f.what)}</td>"
+                + (f"<td>{_esc(f.applied or '–')}</td>" if how else "") + "</tr>"
+                for f in inj.faults
+            )
+            parts.append('<table class="injected"><tr><th>where</th><th>injected</th>'
+                         + ("<th>how it was applied</th>" if how else "") + f"</tr>{rows}</table>")
+        else:
+            parts.append(f"<div>Nothing injected: {what} has no faults (a healthy baseline).</div>")
+        for n in inj.notes:
+            parts.append(f'<div class="meta">{_esc(n)}</div>')
+        if inj.expect:
+            parts.append(f"<div><b>The scenario is meant to show:</b> {_esc(inj.expect)}</div>")
+        if diag is not None:
+            line = inj_mod.compare_line(inj, findings, run_dir=path)
+            if line:
+                parts.append(f"<div><b>Findings against the injection:</b> {_esc(line)}.</div>")
+            for note in inj_mod.cause_notes(inj, findings, run_dir=path):
+                parts.append(f"<div>{_esc(note)}.</div>")
+        parts.append("</div>")
+        out.append("".join(parts))
+    return "\n".join(out)
+
+
+def _injections(names: Sequence[str], runs: Sequence[RunData]) -> list[tuple[str, Path, inj_mod.Injected]]:
+    out = []
+    for name, run in zip(names, runs, strict=True):
+        got = inj_mod.from_manifest(run.manifest.source, run.manifest.extra, run.path)
+        if got is not None:
+            out.append((name, run.path, got))
+    return out
 
 
 def _diagnose(
@@ -366,7 +427,11 @@ def render_report(
     summaries = [
         rd.summarize(r, n, st, warmup=w) for n, r, st, w in zip(names, runs, stats, warmups, strict=True)
     ]
-    toc = [("findings", "Findings"), ("runs", "Runs")]
+    injections = _injections(names, runs)
+    toc = [("findings", "Findings")]
+    if injections:
+        toc.append(("injected", "What was injected"))
+    toc.append(("runs", "Runs"))
     if len(runs) > 1:
         toc.append(("scaling", "Scaling"))
     toc += [(f"run-{i}", f"Run {n}") for i, n in enumerate(names)]
@@ -376,6 +441,7 @@ def render_report(
         f"{len(runs)} {'run' if len(runs) == 1 else 'runs'}: {_esc(', '.join(names))}</div>",
         '<nav class="toc">' + "".join(f'<a href="#{a}">{_esc(t)}</a>' for a, t in toc) + "</nav>",
         findings_html(diag, note),
+        injected_html(injections, diag),
         '<h2 id="runs">Runs</h2>',
         summary_table(summaries),
     ]
