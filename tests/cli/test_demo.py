@@ -40,3 +40,17 @@ def test_demo_quick_runs_the_whole_loop_and_ends_with_its_report(cli, tmp_path):
     diagnosis = re.search(r"\(CV\s+(\d+\.\d+)\)", r.stdout[summary.end() :]) if summary else None
     assert summary and diagnosis, r.stdout[-3000:]
     assert summary.group(1) == diagnosis.group(1), (summary.group(0), diagnosis.group(0))
+    # What the demo injects, printed before the local runs, and the diagnosis held against it after
+    # (audit 16, finding 6: only "host noise + a slow rank" was said; the report had 0 hits for
+    # "quota", "inject" and "scenario").
+    told = r.stdout.index("what the demo injects into both local runs (4 ranks; scenario demo-local-noisy")
+    assert told < r.stdout.index("local run, pacing off :")
+    assert "\n  rank 2: " in r.stdout[told:] and "0.08 CPUs" in r.stdout[told:]
+    assert "\n  every rank: GC churn: 10,000–30,000 cyclic objects allocated per step" in r.stdout
+    verdict = re.search(r"\ndiagnosis against the injection: the diagnosis named (.*)\n", r.stdout)
+    assert verdict and verdict.start() > summary.end(), r.stdout[-3000:]
+    assert "rank 2" in verdict.group(1) and "the demo slowed" in verdict.group(1), verdict.group(0)
+    page = (out / "report.html").read_text()
+    section = re.sub(r"<[^>]+>", " ", page[page.index('id="injected"'):page.index('id="runs"')])
+    assert "Ground truth" in section and "demo-local-noisy" in section and "0.08 CPUs" in section, section
+    assert "Findings against the injection" in section and "rank this run slowed" in section, section

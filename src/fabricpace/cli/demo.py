@@ -6,13 +6,15 @@ user can repeat any step by hand:
 1. the simulated ``paper`` study (baseline vs paced, in the form of the paper's Table 1), then the same
    cluster launched in rendezvous order, where the placement actuator has something to do;
 2. a real local multi-process run (gloo ranks on loopback) with host noise and a slow rank, observed,
-   once with pacing off and once with ``pacing=auto``;
-3. the diagnosis of the unpaced run;
-4. one self-contained report.html, whose path ends the demo.
+   once with pacing off and once with ``pacing=auto``; before it, the demo prints what its scenario
+   file injects (which rank is slowed and how, which ranks churn GC), the ground truth;
+3. the diagnosis of the unpaced run, and one line holding its culprits against that ground truth;
+4. one self-contained report.html, whose path ends the demo (it shows the same ground truth).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ import typer
 
 from fabricpace._errors import FabricpaceError, InputError
 from fabricpace.cli._common import check_output_path, require_torch
+from fabricpace.report.injected import Injected, cause_notes, compare_line, fault_lines, scenario_faults
 from fabricpace.run.destination import check_new_dir
 
 
@@ -37,6 +40,34 @@ def _step(title: str, args: list[str]) -> None:
     typer.secho(f"   ({time.perf_counter() - started:.0f} s)", dim=True, err=True)
 
 
+def _injection(scenario: Path) -> tuple[Injected, int]:
+    """What the demo's scenario file injects, as its local runs will apply it: a cgroup CPU quota as
+    root where cgroup v1 is mounted (as ``fabricpace lab run`` decides), extra compute otherwise."""
+    from fabricpace.lab import cgroup
+    from fabricpace.lab.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    as_quota = os.geteuid() == 0 and cgroup.available()
+    faults = scenario_faults(sc.faults.model_dump(exclude_none=True), backend="local", cgroup=as_quota)
+    return Injected("local", sc.name, faults, sc.expect), sc.world
+
+
+def _print_injection(inj: Injected, scenario: Path, world: int) -> None:
+    typer.echo(f"\nwhat the demo injects into both local runs ({world} ranks; scenario {inj.name}, "
+               f"{scenario}):")
+    for line in fault_lines(inj.faults) or ["nothing (the scenario has no faults)"]:
+        typer.echo(f"  {line}")
+    typer.echo("the diagnosis is not told any of this: step 5 compares what it finds with this list")
+
+
+def _print_verdict(inj: Injected, diag: dict[str, Any]) -> None:
+    findings = [f for f in diag.get("findings") or [] if isinstance(f, dict)]
+    line = compare_line(inj, findings, who="the demo")
+    typer.echo(f"\ndiagnosis against the injection: {line or 'the demo slowed no rank on purpose'}")
+    for note in cause_notes(inj, findings, who="the demo"):
+        typer.echo(f"  {note}")
+
+
 def _measured(run_dir: Path) -> dict[str, Any]:
     """A local run's summary over the steps ``fabricpace diagnose`` measures: its warm-up (a tenth of
     the steps, at most 20) and its step CV (per step, the median over ranks of the rank's step time).
@@ -47,7 +78,8 @@ def _measured(run_dir: Path) -> dict[str, Any]:
     from fabricpace.run.reader import load_run
     from fabricpace.study.metrics import summarize_run
 
-    headline = diagnose(run_dir).runs[0].metrics
+    diagnosis = diagnose(run_dir)
+    headline = diagnosis.runs[0].metrics
     warmup = int(headline["warmup_steps"])
     run = load_run(run_dir, tables=("steps", "pacing"))
     ids = sorted(run.steps["step"].unique().to_list())
@@ -58,10 +90,12 @@ def _measured(run_dir: Path) -> dict[str, Any]:
         "cv": headline["step_cv"],
         "warmup": warmup,
         "pacing": run.pacing,
+        "diagnosis": diagnosis.to_dict(),
     }
 
 
-def _compare(off: Path, auto: Path) -> None:
+def _compare(off: Path, auto: Path) -> dict[str, Any]:
+    """Print the two local runs side by side; return the unpaced run's diagnosis (``to_dict``)."""
     a, b = _measured(off), _measured(auto)
     delta = (b["throughput"] / a["throughput"] - 1.0) * 100.0 if a["throughput"] else float("nan")
     warm = str(a["warmup"]) if a["warmup"] == b["warmup"] else f"{a['warmup']} / {b['warmup']}"
@@ -77,6 +111,7 @@ def _compare(off: Path, auto: Path) -> None:
         rows = b["pacing"].select("step", "policy", "action", "reason").iter_rows()
         for step, policy, action, reason in rows:
             typer.echo(f"  step {step:>4}  {policy:<9} {action:<7} {reason}")
+    return dict(a["diagnosis"])
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +131,8 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--steps {steps}: the local run needs at least 40 steps to measure")
         require_torch("demo")  # step 2 runs real gloo ranks: fail now, not after the study
         folder.mkdir(parents=True, exist_ok=True)
-        scenario = resources.files("fabricpace") / "data" / "demo" / "local-noisy.yaml"
+        scenario = Path(str(resources.files("fabricpace") / "data" / "demo" / "local-noisy.yaml"))
+        injection, world = _injection(scenario)  # a broken scenario file fails here, before the study
         nodes, repeats, sim_steps = ("4,8", "1", "120") if quick else ("4,8,16", "2", "300")
         _step(
             "1/6  simulated scaling study, the paper's Table 1 (scenario `paper`)",
@@ -111,14 +147,16 @@ def register(app: typer.Typer) -> None:
              "--node-order", "shuffled", "--no-figures", "--out", str(folder / "paper-shuffled")],
         )
         off, auto = folder / "local-off", folder / "local-auto"
+        _print_injection(injection, scenario, world)
         for n, (run_dir, pacing) in enumerate(((off, "off"), (auto, "auto")), start=3):
             _step(
-                f"{n}/6  real local run: 4 gloo ranks, host noise + a slow rank, pacing {pacing}",
+                f"{n}/6  real local run: {world} gloo ranks, host noise + a slow rank, pacing {pacing}",
                 ["lab", "run", "--backend", "local", "--scenario", str(scenario), "--pacing", pacing,
                  "--steps", str(steps), "--out", str(run_dir)],
             )
-        _compare(off, auto)
+        diagnosis = _compare(off, auto)
         _step("5/6  diagnosis of the unpaced run", ["diagnose", str(off)])
+        _print_verdict(injection, diagnosis)
         report = folder / "report.html"
         _step("6/6  report", ["report", str(off), "-o", str(report)])
         typer.echo(
@@ -129,6 +167,7 @@ def register(app: typer.Typer) -> None:
             "  2. what an unsorted rank order costs, and what placement gives back "
             f"({folder / 'paper-shuffled'})\n"
             f"  3-4. a real 4-rank job with a slow rank and host noise, pacing off vs auto ({off}, {auto})\n"
-            "  5. the diagnosis of the unpaced run: the failure mode, the culprit and the evidence\n"
+            "  5. the diagnosis of the unpaced run: the failure mode, the culprit and the evidence, held\n"
+            "     against what the demo injected (the report's 'What this run injected' shows it too)\n"
             f"report: {report.resolve()}"
         )
