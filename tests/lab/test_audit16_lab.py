@@ -152,3 +152,70 @@ def test_a_running_runs_uplink_change_is_not_a_problem_and_not_undone(tmp_path, 
     assert len(fabric.status(prefix)["problems"]) == 4
     assert fabric.up(cfg)["action"] == "re-shaped"
     assert _uplink_rates(cfg) == {200_000_000}
+
+
+# ------------------------------------------------------------------------------------------------ 1
+def _study_prefixes(study: Path) -> list[str]:
+    return [json.loads(p.read_text())["topology"]["fabric"]["prefix"]
+            for p in sorted(study.glob("runs/*/lab/lab.json"))]
+
+
+@needs_lab
+@pytest.mark.lab
+def test_two_lab_studies_at_once_both_finish(tmp_path):
+    """Audit 16 #1: a second `study --backend lab` was refused (both used prefix fps-) and its
+    `finally: lab down fps-` ended the first study's ranks (rank 0 exited with -15) and deleted its
+    namespaces. Now each point draws a free prefix of its own, and only the run that held a lab takes
+    it down: both studies finish (2 ranks each) and leave nothing behind."""
+    args = ["study", "--backend", "lab", "--nodes", "2", "--repeats", "1", "--steps", "30", "--warmup", "5",
+            "--no-figures"]
+    log_a = tmp_path / "a.log"
+    with open(log_a, "wb") as fh:
+        a = subprocess.Popen([*CLI, *args, "--out", str(tmp_path / "A")], stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and a.poll() is None:  # until A's ranks train
+            if list(tmp_path.glob("A/runs/*/ranks.parquet")):
+                break
+            time.sleep(0.3)
+        assert a.poll() is None, log_a.read_text()[-2000:]
+        b = subprocess.run([*CLI, *args, "--out", str(tmp_path / "B")], capture_output=True, text=True,
+                           timeout=400)
+        rc_a = a.wait(timeout=400)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert b.returncode == 0, b.stderr[-2000:]
+    assert rc_a == 0, log_a.read_text()[-2000:]
+    pa, pb = _study_prefixes(tmp_path / "A"), _study_prefixes(tmp_path / "B")
+    assert len(pa) == len(pb) == 1 and pa != pb, (pa, pb)
+    for prefix in pa + pb:
+        assert prefix.startswith("fs") and fabric.leftovers(prefix) == [], prefix
+        assert not (state.state_dir() / f"run-{prefix.rstrip('-')}.lock").exists()
+
+
+@needs_lab
+@pytest.mark.lab
+def test_a_refused_run_takes_down_nothing(tmp_path, lab_down_after):
+    """The refusal itself: a run (down_after, as a study point) on a lab another process holds is
+    refused with exit-2's error, and that lab stays up."""
+    from fabricpace.lab import launcher
+    from fabricpace.lab.scenario import load_scenario
+
+    prefix = "f16b-"
+    lab_down_after.append(prefix)
+    fabric.up(LabConfig(nodes=2, leaves=2, prefix=prefix))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom fabricpace.lab import state\n"
+                               "with state.run_claim(sys.argv[1]):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)\n", prefix], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(launcher.LabBusy, match="in use by another lab run"):
+            launcher.run_scenario(load_scenario("healthy"), out=tmp_path / "r", nodes=2, backend="lab",
+                                  prefix=prefix, down_after=True)
+        assert fabric.status(prefix)["up"]
+        assert not (tmp_path / "r").exists()
+    finally:
+        holder.kill()
+        holder.wait()

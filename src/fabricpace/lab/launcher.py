@@ -340,10 +340,20 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
         write_manifest(out, m)
 
 
+class LabBusy(InputError):
+    """Another process holds the lab's run claim (nothing of this run was started or removed)."""
+
+
 def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | None = None,
                  nodes: int | None = None, seed: int = 0, backend: str = "lab", prefix: str = "fp-",
-                 progress: bool = False, deadline_s: float | None = None) -> dict[str, Any]:
-    """Run ``sc`` and return a summary; the run directory is ``out``."""
+                 progress: bool = False, deadline_s: float | None = None,
+                 down_after: bool = False) -> dict[str, Any]:
+    """Run ``sc`` and return a summary; the run directory is ``out``.
+
+    ``down_after`` (lab backend): take the lab down when the run ends, however it ends, but only when
+    this run held the lab: a run refused because another process holds it (LabBusy) touches nothing.
+    (``study --backend lab`` used to call ``lab down`` in a ``finally`` around this call, so a refused
+    second study ended the first study's ranks and deleted its namespaces.)"""
     world = nodes or sc.world
     steps = steps or sc.steps
     if world < 2:
@@ -357,13 +367,17 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
             try:
                 claim.enter_context(state.run_claim(prefix))
             except state.RunClaimed as exc:
-                raise InputError(
+                raise LabBusy(
                     f"lab {prefix} is in use by another lab run; starting another run in it would end it: "
                     f"wait for it to finish, use another --prefix, or stop it with "
                     f"`fabricpace lab down --prefix {prefix}`") from exc
-        return _run_claimed(sc, out=out, pacing=pacing, steps=steps, world=world, seed=seed, backend=backend,
-                            prefix=prefix, progress=progress, deadline_s=deadline_s)
-    raise AssertionError("unreachable")  # ExitStack does not swallow exceptions (for mypy)
+            if down_after:
+                claim.callback(fabric.down, prefix)  # runs while the claim is still held
+        result = _run_claimed(sc, out=out, pacing=pacing, steps=steps, world=world, seed=seed,
+                              backend=backend, prefix=prefix, progress=progress, deadline_s=deadline_s)
+    if down_after and backend == "lab" and not state.state_path(prefix).exists():
+        state.remove(prefix)  # the claim's lock file, now that nobody holds it
+    return result
 
 
 def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int, seed: int, backend: str,
