@@ -219,3 +219,60 @@ def test_a_refused_run_takes_down_nothing(tmp_path, lab_down_after):
     finally:
         holder.kill()
         holder.wait()
+
+
+# ------------------------------------------------------------------------------------------------ 4
+def _run_dir_of(pid: str) -> str | None:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return args[args.index(b"--run-dir") + 1].decode() if b"--run-dir" in args else None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+                    reason="a local run throttles with a cgroup only as root with cgroup v1 cpu")
+@pytest.mark.lab
+def test_concurrent_local_runs_do_not_share_a_throttle_cgroup(tmp_path):
+    """Audit 16 #4: two `lab run --backend local` runs throttling rank 1 both put it into
+    /sys/fs/cgroup/cpu/fpl-lab/rank1: 0.05 CPUs shared by both ranks. Now each run's cgroup is its own."""
+    scen = tmp_path / "local2.yaml"
+    scen.write_text("name: local2\nworld: 2\nsteps: 60\nworkload: {batch_per_rank: 32, "
+                    "device_ms_per_sample: 1.0, hidden: 64, layers: 2}\n"
+                    "faults:\n  throttle: {ranks: [1], cpus: 0.2}\n")
+    outs = [tmp_path / "locA", tmp_path / "locB"]
+    procs = [subprocess.Popen([*CLI, "lab", "run", "--backend", "local", "--scenario", str(scen),
+                               "--out", str(o)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for o in outs]
+    root = Path("/sys/fs/cgroup/cpu/fpl-lab")
+    mixed: list[dict[str, list[str]]] = []
+    seen: dict[str, set[str]] = {}  # run dir -> cgroups its ranks were in
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            for cg in (root.iterdir() if root.is_dir() else []):
+                try:
+                    pids = (cg / "cgroup.procs").read_text().split()
+                except OSError:
+                    continue
+                runs = {d for d in map(_run_dir_of, pids) if d in {str(o) for o in outs}}
+                for d in runs:
+                    seen.setdefault(d, set()).add(cg.name)
+                if len(runs) > 1:
+                    mixed.append({cg.name: sorted(runs)})
+            time.sleep(0.2)
+        results = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [err[-1000:] for _out, err in results]
+    assert not mixed, mixed  # before: {'rank1': [locA, locB]}
+    assert set(seen) == {str(o) for o in outs}, seen
+    assert not seen[str(outs[0])] & seen[str(outs[1])], seen
+    for o in outs:
+        lab = json.loads((o / "lab" / "lab.json").read_text())
+        assert list(lab["throttled_time_ns"]) == ["rank1"], lab["throttled_time_ns"]
+    for names in seen.values():  # removed by name at the end of each run
+        assert not [n for n in names if (root / n).exists()], names

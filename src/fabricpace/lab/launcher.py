@@ -196,7 +196,7 @@ def _cleanup(run: _Run, cfg: LabConfig | None, prefix: str) -> None:
             proc.kill()
             proc.wait()
     for path in run.cgroups:
-        run.throttled_ns[path.name] = cgroup.throttled_time_ns(path)
+        run.throttled_ns[path.name.split("-")[0]] = cgroup.throttled_time_ns(path)  # "rank1"
         with contextlib.suppress(OSError):
             path.rmdir()
     root = cgroup.cgroup_root(prefix)
@@ -208,8 +208,10 @@ def _cleanup(run: _Run, cfg: LabConfig | None, prefix: str) -> None:
         with state.locked(prefix) as st:
             st["cgroups"] = [c for c in st["cgroups"] if Path(c).exists()]
     elif state.state_path(prefix).exists():
-        st_now = state.read(prefix)
-        if st_now is not None and not [c for c in st_now["cgroups"] if Path(c).exists()]:
+        with state.locked(prefix) as st:  # other local runs may still record theirs here
+            st["cgroups"] = [c for c in st["cgroups"] if Path(c).exists()]
+            left = bool(st["cgroups"])
+        if not left:
             state.remove(prefix)
 
 
@@ -222,10 +224,15 @@ def _tail(path: Path, n: int = 3) -> str:
 
 
 def _throttle(run: _Run, ranks: list[int], cpus: float, prefix: str, world: int) -> None:
+    # One cgroup per run and rank (the launcher's PID in the name): local runs all record their cgroups
+    # under fpl-, and two of them throttling rank 1 shared fpl-lab/rank1, so each rank got half the quota
+    # and each run's lab.json reported the other's throttled time as its own.
     for r in ranks:
         if 0 <= r < world:
-            run.cgroups.append(cgroup.throttle(prefix, f"rank{r}", run.procs[r].pid, cpus))
-            run.events.append({"event": "throttle", "rank": r, "cpus": cpus, "unix_s": time.time()})
+            path = cgroup.throttle(prefix, f"rank{r}-{os.getpid()}", run.procs[r].pid, cpus)
+            run.cgroups.append(path)
+            run.events.append({"event": "throttle", "rank": r, "cpus": cpus, "unix_s": time.time(),
+                               "cgroup": str(path)})
 
 
 def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, cfg: LabConfig | None,
