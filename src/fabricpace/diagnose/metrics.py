@@ -57,6 +57,8 @@ class RunMetrics:
     # Groups left out because their rows are not one collective per (group, seq)
     # (``arrivals.inconsistent_groups``): group, instances, early_exits, max_gap_ms.
     dropped_groups: list[dict[str, Any]] = field(default_factory=list)
+    # What the detectors compute once per run and reuse (replay.queue_bound's pass over the rows).
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_ranks(self) -> int:
