@@ -276,3 +276,29 @@ def test_concurrent_local_runs_do_not_share_a_throttle_cgroup(tmp_path):
         assert list(lab["throttled_time_ns"]) == ["rank1"], lab["throttled_time_ns"]
     for names in seen.values():  # removed by name at the end of each run
         assert not [n for n in names if (root / n).exists()], names
+
+
+# ------------------------------------------------------------------------------------------------ 7, 8
+@pytest.mark.parametrize(("body", "needles"), [
+    # 7: 100mbps built 800mbit uplinks without a word (tc's bps is bytes/s)
+    ("world: 4\nfabric: {uplink: 100mbps}\n", ["fabric.uplink", "100mbit for 100 Mbit/s", "800mbit"]),
+    ("world: 4\nfaults:\n  uplink_change: {after_s: 1, rate: 2gbps}\n", ["faults.uplink_change.rate"]),
+    # 8: leaves 8 with world 4 ran on 4 leaves; [1, 1] gave two throttle events for rank 1
+    ("world: 4\nfabric: {leaves: 8}\n", ["fabric.leaves", "4 or fewer"]),
+    ("world: 4\nfaults:\n  throttle: {ranks: [1, 1], cpus: 0.05}\n",
+     ["faults.throttle.ranks", "rank 1 is listed twice"]),
+    ("world: 4\nfaults:\n  gc_noise: {ranks: [2, 0, 2]}\n",
+     ["faults.gc_noise.ranks", "rank 2 is listed twice"]),
+])
+def test_scenario_byte_rates_extra_leaves_and_repeated_ranks_are_refused(cli, refused, tmp_path, body,
+                                                                         needles):
+    scen = tmp_path / "s.yaml"
+    scen.write_text("name: x\n" + body)
+    r = cli("lab", "run", "--scenario", str(scen), "--out", str(tmp_path / "r"))
+    refused(r, str(scen), *needles)
+    assert not (tmp_path / "r").exists()
+
+
+def test_byte_rate_option_is_refused_with_both_readings(cli, refused):
+    r = cli("lab", "up", "--uplink", "100mbps", "--prefix", "f16z-")
+    refused(r, "--uplink '100mbps'", "100mbit for 100 Mbit/s", "800mbit for 100 MB/s")

@@ -16,18 +16,26 @@ _RATE_UNITS = {
     "kbit": 10**3,
     "mbit": 10**6,
     "gbit": 10**9,
-    "bps": 8,  # tc's "bps" means bytes per second
-    "kbps": 8 * 10**3,
-    "mbps": 8 * 10**6,
-    "gbps": 8 * 10**9,
 }
+# tc reads "bps" as BYTES per second (100mbps = 800 Mbit/s), while most people who write "100mbps" mean
+# megabits: `fabric: {uplink: 100mbps}` built 800mbit uplinks without a word. Refused, with both readings.
+_BYTE_UNITS = {"bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9}
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,3}-$")
 SUBNET = "10.77.0"  # every lab is its own set of namespaces, so labs never see each other's addresses
 
 
 def parse_rate(text: str, *, option: str = "rate") -> int:
-    """'100mbit' -> 100_000_000 bits/s (tc's units: bit, kbit, mbit, gbit; bps = bytes/s)."""
+    """'100mbit' -> 100_000_000 bits/s (units: bit, kbit, mbit, gbit; tc's byte units such as 'mbps'
+    are refused: they are bytes per second, which is rarely what their writer meant)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", str(text))
+    if m and m.group(2).lower() in _BYTE_UNITS:
+        num, unit = m.group(1), m.group(2).lower()
+        si = unit[:-3]  # "", "k", "m", "g"
+        bits = round(float(num) * _BYTE_UNITS[unit])
+        raise InputError(
+            f"{option} {text!r}: write rates in bits: {num}{si}bit for {num} {si.upper()}bit/s, or "
+            f"{format_rate(bits)} for {num} {si.upper()}B/s (tc reads '{unit}' as bytes per second)"
+        )
     if not m or m.group(2).lower() not in _RATE_UNITS:
         raise InputError(f"{option} {text!r}: expected a rate such as 100mbit, 1gbit or 500kbit")
     bits = int(float(m.group(1)) * _RATE_UNITS[m.group(2).lower()])

@@ -391,6 +391,10 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
                  prefix: str, progress: bool, deadline_s: float | None) -> dict[str, Any]:
     cfg: LabConfig | None = None
     if backend == "lab":
+        if sc.fabric.leaves > world:
+            print(f"warning: scenario {sc.name}: fabric.leaves {sc.fabric.leaves} with {world} ranks: "
+                  f"the lab uses {world} leaves (one node each); lab.json's topology has the lab as built",
+                  file=sys.stderr, flush=True)
         cfg = LabConfig(nodes=world, leaves=min(sc.fabric.leaves, world), prefix=prefix,
                         uplink_bps=parse_rate(sc.fabric.uplink),
                         node_link_bps=parse_rate(sc.fabric.node_link))

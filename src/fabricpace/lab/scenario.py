@@ -62,9 +62,22 @@ class WorkloadSpec(_Strict):
     window: int = Field(20, ge=2)
 
 
+def _once_each(ranks: list[int]) -> list[int]:
+    """A ValueError for a rank listed twice ([1, 1] threw rank 1 twice: two throttle events, one cgroup)."""
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise ValueError(f"rank {twice[0]} is listed twice; list each rank once")
+    return ranks
+
+
 class ThrottleSpec(_Strict):
     ranks: list[int] = Field(..., min_length=1)  # [] was a fault that did nothing
     cpus: float = Field(0.05, ge=0.01, le=64.0)  # the cgroup quota's bound (it failed mid-run below it)
+
+    @field_validator("ranks")
+    @classmethod
+    def _ranks(cls, v: list[int]) -> list[int]:
+        return _once_each(v)
 
 
 class GcNoiseSpec(_Strict):
@@ -72,6 +85,11 @@ class GcNoiseSpec(_Strict):
     heap: int = Field(300_000, ge=0)
     churn: int = Field(20_000, ge=1)
     lifetime: int = Field(3, ge=1)
+
+    @field_validator("ranks")
+    @classmethod
+    def _ranks(cls, v: Literal["all"] | list[int]) -> Literal["all"] | list[int]:
+        return v if v == "all" else _once_each(list(v))
 
 
 class ForeignFlowSpec(_Strict):
@@ -129,6 +147,12 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
                               f"({', '.join(shipped_names())}) and no such file")
         source, text = str(path), read_text(path, what="scenario file")
     sc = validate(Scenario, parse_yaml(text, source=source), source=source, docs="docs/lab.md")
+    if sc.fabric.leaves > sc.world:
+        # The lab hangs at least one node off each leaf: leaves: 8 with world: 4 ran on 4 leaves while
+        # the file said 8. (--nodes below the leaves is taken with a warning: the launcher's.)
+        raise ConfigError(f"{source}: field 'fabric.leaves': {sc.fabric.leaves} leaves for world "
+                          f"{sc.world}: every leaf needs a node of its own; set fabric.leaves to "
+                          f"{sc.world} or fewer")
     if sc.faults.foreign_flow is not None and sc.fabric.leaves < 2:
         # It runs between the first and last leaf; on one leaf the run failed after its ranks started.
         raise ConfigError(f"{source}: field 'faults.foreign_flow': it crosses the uplink between two "
