@@ -302,3 +302,13 @@ def test_scenario_byte_rates_extra_leaves_and_repeated_ranks_are_refused(cli, re
 def test_byte_rate_option_is_refused_with_both_readings(cli, refused):
     r = cli("lab", "up", "--uplink", "100mbps", "--prefix", "f16z-")
     refused(r, "--uplink '100mbps'", "100mbit for 100 Mbit/s", "800mbit for 100 MB/s")
+
+
+# ------------------------------------------------------------------------------------------------ 9
+def test_readme_says_what_to_do_without_sudo():
+    """Audit 16 #9: `sudo "$(command -v fabricpace)" lab run ...` gave `sudo: command not found` in a
+    root shell without sudo; the README now says to drop it there."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lab_run = next(line for line in readme.splitlines() if line.startswith("sudo ") and " lab run " in line)
+    assert "as root, drop sudo" in lab_run
+    assert "in a root shell" in readme and "sudo: command not found" in readme
