@@ -312,3 +312,36 @@ def test_readme_says_what_to_do_without_sudo():
     lab_run = next(line for line in readme.splitlines() if line.startswith("sudo ") and " lab run " in line)
     assert "as root, drop sudo" in lab_run
     assert "in a root shell" in readme and "sudo: command not found" in readme
+
+
+# ------------------------------------------------------------------------------------------------ 10
+@needs_lab
+@pytest.mark.lab
+def test_a_killed_lab_runs_directory_counts_its_nodes(tmp_path, lab_down_after):
+    """Audit 16 #10: after `kill -9` of the launcher (no annotation at the end) the run directory said
+    "4 ranks / 1 node": every namespace shared the host's name, which the observer counts. Each rank
+    now has its node's name (a UTS namespace of its own), so the observer's own files are right."""
+    import polars as pl
+
+    prefix = "f16k-"
+    lab_down_after.append(prefix)
+    out = tmp_path / "k9"
+    proc = subprocess.Popen([*CLI, "lab", "run", "--scenario", "healthy", "--nodes", "2", "--steps", "400",
+                             "--out", str(out), "--prefix", prefix], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "manifest.json").is_file() and (out / "ranks.parquet").is_file():
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None
+        time.sleep(1.0)
+    finally:
+        proc.kill()  # kill -9 of the launcher alone; its ranks run on
+        proc.wait()
+    fabric.down(prefix)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["nodes"] == 2 and manifest["world_size"] == 2, manifest
+    hosts = pl.read_parquet(out / "ranks.parquet").sort("rank")["host"].to_list()
+    assert hosts == [f"{prefix}n0", f"{prefix}n1"], hosts

@@ -31,6 +31,7 @@ from fabricpace.lab.config import LabConfig, format_rate, parse_rate, placement
 from fabricpace.lab.scenario import Scenario
 from fabricpace.run.destination import check_new_dir
 
+HOSTNAME_ENV = "FABRICPACE_LAB_HOSTNAME"  # the worker's host name inside the lab (its node's namespace)
 MASTER_PORT = 29511  # inside the lab's own namespaces; local runs pick a free loopback port
 LOCAL_PREFIX = "fpl-"  # cgroups of local runs (root only) are recorded under this prefix
 FOREIGN_MAX_S = 1800.0
@@ -147,6 +148,10 @@ def _spawn_workers(sc: Scenario, run: _Run, *, world: int, out: Path, args: list
         env = base | {"RANK": str(rank), "GROUP_RANK": str(rank_node[rank])}
         if cfg is not None:  # what a user sets from the cluster's topology (observer: locality.leaf_name)
             env["FABRICPACE_LEAF"] = cfg.leaf_bridge(cfg.leaf_of(rank_node[rank]))
+            # Each node its own host name, as real nodes have (the worker sets it in a UTS namespace of
+            # its own): the observer's manifest then counts the nodes from the start, so a run whose
+            # launcher was killed (no annotation at the end) no longer claims "4 ranks / 1 node".
+            env[HOSTNAME_ENV] = cfg.node_ns(rank_node[rank])
         cmd = [sys.executable, "-m", "fabricpace.lab.worker", *args]
         if cfg is not None:
             cmd = ["ip", "netns", "exec", cfg.node_ns(rank_node[rank]), *cmd]

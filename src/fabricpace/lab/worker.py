@@ -63,8 +63,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def own_hostname() -> str | None:
+    """Inside the lab (``FABRICPACE_LAB_HOSTNAME`` set by the launcher, root): give this process a UTS
+    namespace of its own named after its node, as a real node has its own host name. Network
+    namespaces share the host's name, so the observer counted one host for every rank. Returns the
+    name set, or None (not in the lab, or not allowed: the run goes on with the shared name)."""
+    name = os.environ.get("FABRICPACE_LAB_HOSTNAME", "").strip()
+    if not name:
+        return None
+    import ctypes
+    import socket
+
+    clone_newuts = 0x04000000
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(clone_newuts) != 0:
+            return None
+        socket.sethostname(name)
+    except (OSError, AttributeError):
+        return None
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    own_hostname()  # before any thread starts: unshare() acts on the calling thread
     import torch
     import torch.distributed as dist
     from torch import nn
