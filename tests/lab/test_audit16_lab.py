@@ -150,7 +150,11 @@ def test_a_running_runs_uplink_change_is_not_a_problem_and_not_undone(tmp_path, 
     assert _uplink_rates(cfg) == {20_000_000}
     # The run is gone (killed): now the 20mbit is drift, and up repairs it.
     assert len(fabric.status(prefix)["problems"]) == 4
-    assert fabric.up(cfg)["action"] == "re-shaped"
+    r = subprocess.run([*CLI, "lab", "up", "--nodes", "2", "--leaves", "2", "--uplink", "200mbit",
+                        "--prefix", prefix], capture_output=True, text=True, timeout=60)
+    # the table output says what it repaired (before, only --format json listed it)
+    assert r.returncode == 0 and "re-shaped" in r.stdout, (r.stdout, r.stderr)
+    assert r.stdout.count("repaired: uplink") == 4 and "shaped at 20mbit, not 200mbit" in r.stdout, r.stdout
     assert _uplink_rates(cfg) == {200_000_000}
 
 

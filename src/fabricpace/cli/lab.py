@@ -61,7 +61,8 @@ def register(app: typer.Typer) -> None:
         st = fabric.up(cfg)
         _print(st, fmt, [f"lab {prefix}: {st['action']}: {nodes} nodes on {leaves} leaves, "
                          f"uplink {uplink}, node link {node_link}",
-                         f"namespaces: {' '.join(st['namespaces'])}"])
+                         f"namespaces: {' '.join(st['namespaces'])}",
+                         *(f"repaired: {what}" for what in st.get("repaired", []))])
 
     @lab_app.command("status")
     def status_cmd(
