@@ -119,8 +119,12 @@ def test_cause_is_judged_per_culprit(synth):
     )
     f = next(f for f in diagnose([run]).findings if f.mode == "persistent_straggler")
     assert f.culprits.ranks == [5, 9]
-    assert f.evidence["cause_by_rank"] == {"5": "slower own compute", "9": "longer GC pauses"}
-    assert f.evidence["cause"] == "rank 5: slower own compute; rank 9: longer GC pauses"
+    gc = "longer GC pauses (a slower CPU there — quota, throttling, a busy neighbour — or more garbage)"
+    assert f.evidence["cause_by_rank"] == {"5": "slower own compute", "9": gc}
+    assert f.evidence["cause"] == f"rank 5: slower own compute; rank 9: {gc}"
+    # the recommendation names the causes briefly, then says what lengthens rank 9's pauses
+    assert "(rank 5: slower own compute; rank 9: longer GC pauses)" in f.recommendation
+    assert "For rank 9, GC pauses are longer (+" in f.recommendation and "CPU quota" in f.recommendation
     assert f.evidence["cause_explains_share"] is None  # no one share for two causes
 
 

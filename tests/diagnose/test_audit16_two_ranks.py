@@ -58,3 +58,27 @@ def test_healthy_synthetic_two_rank_runs_name_no_culprit(tmp_path) -> None:
             named = [(f.mode, f.culprits.ranks) for f in d.findings if f.culprits.ranks]
             assert not named, (seed, kw, named)
 
+
+def test_gc_cause_says_a_slower_cpu_lengthens_the_pauses(recorded) -> None:
+    """User audit 16, lab finding 6: the demo's rank 2 is under a 0.08-CPU cgroup quota, which makes its
+    GC walks of a 300k-object heap slow; the diagnosis measured GC time +405 ms/step above its peers and
+    said "cause: longer GC pauses", read as "this rank makes more garbage". The cause and the
+    recommendation now say that a slower CPU there (quota, throttling, a busy neighbour) lengthens the
+    pauses as well as more garbage does. ``audit16-demo-local-off``: the demo's ``local-off`` run
+    (``fabricpace lab run --backend local`` on data/demo/local-noisy.yaml, 4 ranks, 120 steps)."""
+    run = recorded("audit16-demo-local-off")
+    d = diagnose([run])
+    f = next(f for f in d.findings if f.mode == "persistent_straggler")
+    assert f.culprits.ranks == [2]
+    cause = f.evidence["cause"]
+    assert cause.startswith("longer GC pauses") and "slower CPU" in cause and "quota" in cause
+    assert "more garbage" in cause
+    gc_ms = f.evidence["component_excess_ms"]["gc"]
+    assert gc_ms > 0.5 * f.evidence["mean_lateness_ms"]
+    rec = f.recommendation
+    assert f"+{gc_ms:.0f} ms/step of GC time" in rec
+    assert "CPU quota or throttling" in rec and "busy neighbours" in rec
+    assert "drain or replace" not in rec  # the hardware is not the first suspect here
+    res = CliRunner().invoke(app, ["diagnose", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "slower CPU there" in " ".join(res.output.split())

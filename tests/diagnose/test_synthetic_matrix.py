@@ -132,4 +132,4 @@ def test_intermittent_straggler_is_named_with_its_cause(synth):
     d = diagnose([run])
     assert [f.mode for f in d.findings] == ["persistent_straggler"]
     f = d.findings[0]
-    assert f.culprits.ranks == [7] and f.evidence["cause"] == "longer GC pauses"
+    assert f.culprits.ranks == [7] and f.evidence["cause"].startswith("longer GC pauses (a slower CPU there")

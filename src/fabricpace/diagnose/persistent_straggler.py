@@ -66,10 +66,15 @@ def ranks_on(m: RunMetrics, node: int) -> list[int]:
     return [int(v) for v in info.filter(info["node"] == node)["rank"].to_list()]
 
 
+# The GC cause says what lengthens the pauses, not only that they are longer: a rank under a CPU quota
+# walks the same heap more slowly, and "longer GC pauses" read as "this rank makes more garbage" (user
+# audit 16: the demo's rank 2, a 0.08-CPU cgroup quota, measured at GC +496 ms/step).
+GC_CAUSE = "longer GC pauses (a slower CPU there — quota, throttling, a busy neighbour — or more garbage)"
+GC_SHORT = "longer GC pauses"
 _CAUSES = {
     "compute": "slower own compute",
     "data": "slower data loading",
-    "gc": "longer GC pauses",
+    "gc": GC_CAUSE,
     "paced": "pacing delay",
 }
 UNEXPLAINED = "not explained by the rank's own step components"
@@ -293,6 +298,7 @@ def culprit_finding(
     it = "them" if many else "it"
     its = "their" if many else "its"
     unexplained = by_cause.get(UNEXPLAINED, [])
+    brief = cause.replace(GC_CAUSE, GC_SHORT)  # the GC sentence after it (_gc_text) says what lengthens them
     if mode == "persistent_straggler" and cause == UNEXPLAINED:
         top = max(comp, key=lambda k: comp[k]) if comp else None
         part = f" ({top} +{comp[top] / 1e6:.2f} ms)" if top is not None and comp[top] > 0 else ""
@@ -303,11 +309,20 @@ def culprit_finding(
             "previous collective late. Look at what else runs on that host (CPU scheduling, logging, "
             "other processes) before suspecting the hardware; shifting samples away will not help."
         )
+    elif mode == "persistent_straggler" and cause == GC_CAUSE:
+        rec = (
+            f"The job waits for {where} in most steps: {its} GC pauses are longer than {its} peers' "
+            f"({_ms_per_step(comp.get('gc', 0.0))} of GC time above them). Either a slower CPU there or "
+            "more garbage lengthens them: check that host for a CPU quota or throttling (cgroup cpu.max "
+            "or cpu.cfs_quota_us, nr_throttled in cpu.stat) and for busy neighbours first; if "
+            f"{it} {'do' if many else 'does'} make more garbage, allocate less there "
+            f"(fewer short-lived objects) or shift samples away from {it} (fabricpace pacing 'rebalance')."
+        )
     elif mode == "persistent_straggler" and unexplained:
         hw = sorted(set(ranks) - set(unexplained))
         several = len(unexplained) > 1
         rec = (
-            f"The job waits for {where} in most steps ({cause}). For {named('rank', hw)}: check that "
+            f"The job waits for {where} in most steps ({brief}). For {named('rank', hw)}: check that "
             f"hardware (thermals, clocks, PCIe/NIC errors, noisy neighbours), drain or replace "
             f"{'them' if len(hw) > 1 else 'it'}, or shift samples away (fabricpace pacing 'rebalance'). "
             f"{named('rank', unexplained).capitalize()} {'start their' if several else 'starts its'} steps "
@@ -316,7 +331,7 @@ def culprit_finding(
         )
     elif mode == "persistent_straggler":
         rec = (
-            f"The job waits for {where} in most steps ({cause}). Check that hardware (thermals, "
+            f"The job waits for {where} in most steps ({brief}). Check that hardware (thermals, "
             f"clocks, PCIe/NIC errors, noisy neighbours), drain or replace {it}, or shift samples away from "
             f"{it} (fabricpace pacing 'rebalance')."
         )
@@ -326,6 +341,8 @@ def culprit_finding(
             f"{'their' if many else 'its'} peers: check that node's storage/CPU, add "
             f"DataLoader workers or prefetching there, or shift samples away from {it} (pacing 'rebalance')."
         )
+    if mode == "persistent_straggler" and len(by_cause) > 1 and GC_CAUSE in by_cause:
+        rec += " " + _gc_text(m, rows, by_cause[GC_CAUSE])
     if down:
         rec += " " + _downstream_text(m, down)
     stages = sorted({int(v) for v in m.stage_of_rank[rows]}) if m.stage_of_rank is not None else []
@@ -342,6 +359,26 @@ def culprit_finding(
     )
     one_off.annotate(f, m, per_step, threshold, cfg)  # a single stall carrying most of it is said so
     return f
+
+
+def _ms_per_step(ns: float) -> str:
+    """'+496 ms/step', '+6.2 ms/step' (a mean excess over the peers, ns)."""
+    ms = ns / 1e6
+    return f"{ms:+.0f} ms/step" if abs(ms) >= 10 else f"{ms:+.1f} ms/step"
+
+
+def _gc_text(m: RunMetrics, rows: np.ndarray, gc_ranks: list[int]) -> str:
+    """The GC sentence for the culprits among several causes whose cause is GC: 'For rank 9, GC pauses
+    are longer (+6.2 ms/step): a slower CPU there ... or more garbage ...'."""
+    per = component_excess_rows(m, rows).get("gc")
+    idx = [i for i, r in enumerate(rows) if int(m.ranks[r]) in gc_ranks]
+    gc = float(nanmedian(per[idx])) if per is not None and idx else 0.0
+    many = len(gc_ranks) > 1
+    return (
+        f"For {named('rank', gc_ranks)}, GC pauses are longer ({_ms_per_step(gc)}): either a slower CPU "
+        "there (a CPU quota, throttling, a busy neighbour) or more garbage lengthens them, so check that "
+        f"host's CPU quota and neighbours before {'their' if many else 'its'} allocations."
+    )
 
 
 def _downstream_text(m: RunMetrics, down: dict[int, dict[str, Any]]) -> str:
