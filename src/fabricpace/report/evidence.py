@@ -137,6 +137,38 @@ GLOSSARY: dict[str, tuple[str | None, str]] = {
     "cause_explains_share": (
         "share of lateness the cause explains", "the cause component's excess over the mean lateness"
     ),
+    "cause_by_rank": (
+        "cause per rank",
+        "when the culprits' causes differ: each culprit rank's own, the step component that explains most "
+        "of its lateness (judged on its own components and lateness, not on the culprits' median)",
+    ),
+    "downstream_ranks": (
+        "ranks late only through the pipeline",
+        "culprit ranks whose own step components do not explain their lateness while their point-to-point "
+        "waits on another culprit do: per rank, the rank it waited on most, those waits above its stage's "
+        "other ranks (ms per step) and the share of its lateness they explain; fixing that rank fixes them",
+    ),
+    "whatif_bounded_steps": (
+        "steps the waiting bounded",
+        "steps in which the lateness removed exceeded what the waiting ranks were blocked (or the step "
+        "itself), so the saving there was cut to that",
+    ),
+    "whatif_from_lateness_pct": (
+        "saving from the lateness alone",
+        "the what-if before its bounds (the waiting, the transfer queue), share of step time; the severity "
+        "is the bounded saving",
+    ),
+    "whatif_exposed_transfer_steps": (
+        "steps whose transfers would be exposed",
+        "steps in which removing the culprits' lateness would save more than a replay of each group's "
+        "transfer queue without it lets the step shrink: the transfers their lateness was hiding would "
+        "then be waited on, so the saving there was cut to the replay's",
+    ),
+    "whatif_before_exposed_transfer_pct": (
+        "saving before the transfer-queue bound",
+        "the what-if bounded by the waiting but not yet by the replay of the transfer queues, share of "
+        "step time; the severity is after that bound",
+    ),
     "shared_locality": (None, "what the culprits have in common (node, NUMA, GPU, NIC, leaf) and how "
                               "precisely it singles them out"),
     # topology_contention
@@ -163,6 +195,13 @@ GLOSSARY: dict[str, tuple[str | None, str]] = {
     ),
     # input_stall
     "data_share_of_step": (None, "time in data loading over the total step time"),
+    # run metrics
+    "size_sweep": (
+        "nccl-tests size sweep",
+        "an nccl-tests import holds one step per message size, not a training run: per size, the "
+        "operation, the bytes, the time (median over ranks) and the algorithm bandwidth (bytes ÷ time, "
+        "GB/s); step-time statistics are left out, as they would describe the sizes",
+    ),
 }
 
 CONFIDENCE_HELP = (
