@@ -324,6 +324,7 @@ def cause_notes(inj: Injected, findings: Iterable[Mapping[str, Any]], *, run_dir
         if not isinstance(cause, str) or not ranks or cause == "slower own compute":
             continue
         fault = by[ranks[0]]
+        cause = cause.split(" (")[0]  # (diagnose's own gloss on the cause is what this note says)
         out.append(
             f"{f.get('mode', '?')} on {named('rank', ranks, limit=12)}: the cause \"{cause}\" is the part "
             f"of the rank's step that grew, as measured; what {who} injected there is the "
