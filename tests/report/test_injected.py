@@ -177,3 +177,15 @@ def test_injected_section_matches_golden() -> None:
                           "evidence": {"cause": "longer GC pauses"}}]}
     html = injected_html([("local-off", Path("local-off"), truth)], diag)
     assert html + "\n" == GOLDEN.read_text()
+
+
+def test_a_hand_edited_faults_record_is_said_not_a_crash(tmp_path: Path) -> None:
+    """(review of audit 16) ``cpus: null`` or ``ranks: ["x"]`` in manifest.extra.faults made
+    `fabricpace report` end in a traceback (exit 1); the section now says the record is unreadable."""
+    for bad in ({"throttle": {"ranks": [2], "cpus": None}}, {"throttle": {"ranks": ["x"], "cpus": 0.08}}):
+        run = _demo_run(tmp_path / str(len(list(tmp_path.iterdir()))))
+        m = read_manifest(run)
+        m.extra["faults"] = bad
+        write_manifest(run, m)
+        text = text_of(render_report([run], findings=False))
+        assert "manifest.extra.faults could not be read" in text, text[:2000]

@@ -226,7 +226,19 @@ def read_lab_json(run_dir: Path, extra: Mapping[str, Any]) -> dict[str, Any] | N
 
 
 def from_manifest(source: str, extra: Mapping[str, Any] | None, run_dir: Path) -> Injected | None:
-    """The ground truth recorded by a lab/local run or a simulation; None for any other run."""
+    """The ground truth recorded by a lab/local run or a simulation; None for any other run. A record
+    that cannot be read (a hand-edited manifest: ``cpus: null``, ``ranks: ["x"]``) gives a section that
+    says so instead of the faults: the report is derived output and must not fail on it."""
+    try:
+        return _from_manifest(source, extra, run_dir)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        key = "faults" if source in ("lab", "local") else "noise"
+        why = f"{type(exc).__name__}: {exc}"
+        return Injected(source, "?", [], "", [f"manifest.extra.{key} could not be read ({why}); the "
+                                              "injected faults are not shown"])
+
+
+def _from_manifest(source: str, extra: Mapping[str, Any] | None, run_dir: Path) -> Injected | None:
     if not isinstance(extra, Mapping):
         return None
     if source in ("lab", "local") and isinstance(extra.get("faults"), Mapping):
