@@ -83,8 +83,8 @@ def test_a_slow_disk_never_holds_the_training_thread(tmp_path, summaries, monkey
 
 
 def test_decisions_stay_readable_before_close(tmp_path, summaries):
-    """A job killed before close: pacing.parquet holds at least half the decisions (readers open only
-    it), the parts the rest, and its metadata names the last part it holds."""
+    """A job killed before close: pacing.parquet holds at least half the decisions, the parts the
+    rest, and its metadata names the last part it holds (readers add only the parts after it)."""
     from fabricpace.pacing.decision_log import PARTS_KEY
 
     p = _pacer(tmp_path)
@@ -103,8 +103,11 @@ def test_decisions_stay_readable_before_close(tmp_path, summaries):
 
     deadline = time.monotonic() + 10
     seen = on_disk()
-    while (seen is None or seen[1] + seen[3] != n) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the writer thread catches up
+    # The writer thread catches up. Between writing a part and joining, pacing.parquet may briefly
+    # hold less than half (the review saw (6, 30) of 36); once the writer has handled its queue, it
+    # holds at least half, which is what a reader of a killed job finds.
+    while (seen is None or seen[1] + seen[3] != n or seen[1] * 2 < n) and time.monotonic() < deadline:
+        time.sleep(0.05)
         seen = on_disk()
     assert seen is not None
     main, joined, parts, in_parts = seen
@@ -121,33 +124,34 @@ def test_a_run_without_decisions_has_an_empty_pacing_table(tmp_path, summaries):
     assert p.decisions == [] and pq.read_table(tmp_path / "pacing.parquet").num_rows == 0
 
 
-def test_a_run_that_did_not_close_is_read_with_its_leftover_parts(tmp_path, summaries):
+def test_a_run_that_did_not_close_is_read_with_its_leftover_parts(tmp_path):
     """A job killed before close: load_run reads pacing.parquet and the parts after the last one it
-    holds, so every decision that reached a part is read, once (before: pacing.parquet only)."""
+    holds, so every decision that reached a part is read, once (before: pacing.parquet only). The
+    writer's steps are driven here one by one, so the killed state does not depend on how its thread
+    batched the queue."""
+    from fabricpace.pacing.decision_log import DecisionLog
+    from fabricpace.pacing.state import Decision
     from fabricpace.run.manifest import Manifest, write_manifest
     from fabricpace.run.reader import load_run
 
     write_manifest(tmp_path, Manifest(source="observer", world_size=4, nodes=1, gpus_per_node=4))
-    p = _pacer(tmp_path)
-    for _ in _comm_kept(p, summaries, 40):
-        pass
-    n = len(p.decisions)
-    parts_dir = tmp_path / "pacing" / "rank-00000"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the writer thread catches up (no close: the job was killed)
-        try:
-            joined = pq.read_table(tmp_path / "pacing.parquet").num_rows
-            in_parts = sum(pq.read_table(f).num_rows for f in parts_dir.glob("part-*.parquet"))
-        except FileNotFoundError:
-            continue
-        if joined + in_parts == n:
-            break
-        time.sleep(0.05)
-    assert in_parts > 0 and joined + in_parts == n, (joined, in_parts, n)
+    made = [Decision(step=50 * i + 49, rank=-1, policy="comm", action="adjust", value=float(i),
+                     reason=f"decision {i}") for i in range(5)]
+    log = DecisionLog(tmp_path)
+    log._write_part(made[:1])
+    log._join()  # pacing.parquet: decision 0 (its metadata names part 0)
+    log._write_part(made[1:3])
+    log._join()  # pacing.parquet: decisions 0-2 (part 1)
+    log._write_part(made[3:4])
+    log._write_part(made[4:])  # parts 2 and 3 left: the job was killed before the next join
+    assert pq.read_table(tmp_path / "pacing.parquet").num_rows == 3
+    assert len(list((tmp_path / "pacing" / "rank-00000").glob("part-*.parquet"))) == 2
+
     run = load_run(tmp_path, tables=("pacing",))
-    got = [(r["step"], r["policy"], r["action"], r["reason"]) for r in run.pacing.iter_rows(named=True)]
-    assert got == [(d.step, d.policy, d.action, d.reason) for d in p.decisions]
-    assert any("left in" in w and "pacing" in w for w in run.warnings), run.warnings
-    p.close()
-    closed = load_run(tmp_path, tables=("pacing",))  # closed: pacing.parquet alone, no warning
-    assert closed.pacing.height == n and not any("left in" in w for w in closed.warnings)
+    got = [(r["step"], r["value"], r["reason"]) for r in run.pacing.iter_rows(named=True)]
+    assert got == [(d.step, d.value, d.reason) for d in made]
+    assert any("2 part(s) left in" in w for w in run.warnings), run.warnings
+    log._join()
+    log._remove_parts_dir()  # what close does: one pacing.parquet, no warning
+    closed = load_run(tmp_path, tables=("pacing",))
+    assert closed.pacing.height == 5 and not any("left in" in w for w in closed.warnings)

@@ -10,8 +10,8 @@ dropped mid-run it does not wait for the writer either, ``close(timeout_s=0)``).
 writes each batch as a part, ``RUN/pacing/rank-00000/part-NNNNNN.parquet`` (atomic, like every chunk),
 so a killed job keeps what was written, and joins the parts into ``pacing.parquet`` whenever the rows
 in parts reach the rows already joined (the file is rewritten at 1, 2, 4, 8 ... rows: at most about
-twice the decisions' rows in all, and ``pacing.parquet`` always holds at least half of them, for
-readers that open it while the run goes on or after a crash). ``close`` joins the rest and removes
+twice the decisions' rows in all, and once the writer has handled its queue ``pacing.parquet`` holds
+at least half of them — between writing a part and joining it, briefly less). ``close`` joins the rest and removes
 ``pacing/``: a closed run has one ``pacing.parquet`` with every decision, as before (0 rows when
 pacing decided nothing).
 
