@@ -384,12 +384,29 @@ def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | N
                     f"wait for it to finish, use another --prefix, or stop it with "
                     f"`fabricpace lab down --prefix {prefix}`") from exc
             if down_after:
-                claim.callback(fabric.down, prefix)  # runs while the claim is still held
-        result = _run_claimed(sc, out=out, pacing=pacing, steps=steps, world=world, seed=seed,
-                              backend=backend, prefix=prefix, progress=progress, deadline_s=deadline_s)
-    if down_after and backend == "lab" and not state.state_path(prefix).exists():
-        state.remove(prefix)  # the claim's lock file, now that nobody holds it
+                claim.callback(_down_after, prefix)  # runs while the claim is still held
+        try:
+            result = _run_claimed(sc, out=out, pacing=pacing, steps=steps, world=world, seed=seed,
+                                  backend=backend, prefix=prefix, progress=progress, deadline_s=deadline_s)
+        finally:
+            if down_after and backend == "lab":
+                claim.close()  # (the lab down, then the claim released)
+                if not state.state_path(prefix).exists():
+                    state.remove(prefix)  # the claim's lock file, now that nobody holds it
     return result
+
+
+def _down_after(prefix: str) -> None:
+    """Take down the lab a study point built, after its run however it ended. It runs after the run's
+    own signal handling: Ctrl-C is waited out here (cut short, it left a half-removed lab under a
+    prefix the user never saw), and a failure is one warning naming the command that finishes it,
+    never an error that would replace the run's own (the review of audit 16 saw both)."""
+    try:
+        with _signals_wait():
+            fabric.down(prefix)
+    except LabError as exc:
+        print(f"warning: lab {prefix} was not fully taken down after the run ({exc}); run "
+              f"`fabricpace lab down --prefix {prefix}`", file=sys.stderr, flush=True)
 
 
 def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int, seed: int, backend: str,

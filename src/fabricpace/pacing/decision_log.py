@@ -11,9 +11,9 @@ writes each batch as a part, ``RUN/pacing/rank-00000/part-NNNNNN.parquet`` (atom
 so a killed job keeps what was written, and joins the parts into ``pacing.parquet`` whenever the rows
 in parts reach the rows already joined (the file is rewritten at 1, 2, 4, 8 ... rows: at most about
 twice the decisions' rows in all, and once the writer has handled its queue ``pacing.parquet`` holds
-at least half of them — between writing a part and joining it, briefly less). ``close`` joins the rest and removes
-``pacing/``: a closed run has one ``pacing.parquet`` with every decision, as before (0 rows when
-pacing decided nothing).
+at least half of them — between writing a part and joining it, briefly less). ``close`` joins the
+rest and removes ``pacing/``: a closed run has one ``pacing.parquet`` with every decision, as before
+(0 rows when pacing decided nothing).
 
 ``pacing.parquet``'s schema metadata ``fabricpace.pacing_parts`` names the last part it holds: after
 a crash, ``load_run`` reads ``pacing.parquet`` and the parts left in ``pacing/`` after that one, so
