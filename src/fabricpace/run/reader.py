@@ -149,35 +149,34 @@ def _read_parts(
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def _pacing_files(path: Path, warnings: list[str]) -> list[Path]:
+def _read_pacing(path: Path, warnings: list[str], step_range: tuple[int, int] | None) -> pl.DataFrame:
     """pacing.parquet and, when the run did not close, the parts its decision log left in pacing/
     after the last one joined into pacing.parquet (``PACING_PARTS_KEY``): pacing.parquet alone holds
-    only the decisions up to its last rewrite (at least half of them)."""
-    single = path / "pacing.parquet"
-    files = [single] if single.is_file() else []
+    only the decisions up to its last rewrite (at least half of them).
+
+    The parts are listed before pacing.parquet is read, and its key is read after its rows: a join
+    that the running job's writer makes in between then never counts a decision twice (at worst, parts
+    joined meanwhile are missing from this read, without a warning)."""
     parts = part_files(path / "pacing", warnings)
-    if not parts:
-        return files
-    last = -1
-    if files:
+    single = path / "pacing.parquet"
+    frames, last = [], -1
+    if single.is_file():
+        frame = _read_parts([single], "pacing", warnings, step_range)
+        frames.append(frame)
         try:
-            meta = pq.read_schema(single).metadata or {}
-            last = int(meta.get(PACING_PARTS_KEY, b"-1"))
+            last = int((pq.read_schema(single).metadata or {}).get(PACING_PARTS_KEY, b"-1"))
         except (OSError, pa.ArrowInvalid, ValueError):
-            last = -1  # (an unreadable pacing.parquet is skipped with its own warning)
-    later = []
-    for f in parts:
-        try:
-            number = int(f.stem.split("-")[-1])
-        except ValueError:
-            continue
-        if number > last:
-            later.append(f)
+            last = -1
+    later = [f for f in parts if f.stem.split("-")[-1].isdigit() and int(f.stem.split("-")[-1]) > last]
+    later = [f for f in later if f.is_file()]  # (joined and removed since they were listed)
     if later:
         warnings.append(f"{path}: pacing decisions also read from {len(later)} part(s) left in "
                         f"{path / 'pacing'} (the run did not close; they were not yet joined into "
                         "pacing.parquet)")
-    return files + later
+        frames.append(_read_parts(later, "pacing", warnings, step_range))
+    if not frames:
+        return _empty("pacing")
+    return pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
 
 
 def _rank_ids(path: Path, frame: pl.DataFrame | None) -> list[int]:
@@ -251,7 +250,8 @@ def load_run(
         if chunked:
             files = part_files(path / name, warnings)
         elif name == "pacing":
-            files = _pacing_files(path, warnings)
+            frames[name] = _read_pacing(path, warnings, step_range)
+            continue
         else:
             single = path / f"{name}.parquet"
             files = [single] if single.is_file() else []
