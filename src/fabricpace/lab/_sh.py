@@ -32,7 +32,7 @@ def run(
     except FileNotFoundError as exc:
         raise LabError(f"{args[0]}: not found; install iproute2 (ip, tc) to use the fabric lab") from exc
     except subprocess.TimeoutExpired as exc:
-        raise LabError(f"{' '.join(args)}: timed out after {timeout:.0f} s") from exc
+        raise LabError(f"{' '.join(args)}: timed out after {timeout:g} s") from exc
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     if check and proc.returncode != 0:
