@@ -224,6 +224,16 @@ def test_row_and_explain_name_the_same_link_and_flows(cli, tmp_path, seed):
         assert "ECMP collision" in row["bottleneck"] and "spine" in first["link"]
 
 
+def test_row_counts_queue_pairs_as_explain_does(cli, tmp_path):
+    """(review of audit 16, L4) With 4 queue pairs per connection the row said 2 flows on a NIC port
+    while --explain said 8 on the same link: both now count queue pairs."""
+    path = _cluster_file(tmp_path, "q4.yaml", preset="roce-leaf-spine-2to1",
+                         network={"qps_per_connection": 4})
+    row = _json_row(cli, "--cluster", str(path), "--nodes", "16", "--sizes", "1G")
+    first = row["explain"]["links"][0]
+    assert row["bottleneck"] == first["link"] and row["bottleneck_flows"] == first["flows"] == 8, row
+
+
 def test_explain_with_csv_goes_to_stderr(cli, tmp_path):
     r = cli("collective", "--cluster", str(_os2(tmp_path)), "--nodes", "32", "--sizes", "8G", "--seed", "3",
             "--explain", "--format", "csv")

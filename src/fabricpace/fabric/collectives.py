@@ -567,6 +567,8 @@ def collective_time(
     else:
         name = fab.topo.link_name(plan.fixed_link)
         nflows = int(plan.pattern.fixed_flows[plan.fixed_link])
+        if plan.fixed_link < fab.n_net:  # a network link: each connection is qps_per_connection flows,
+            nflows *= fab.cluster.network.qps_per_connection  # as the ECMP row and --explain count them
     return CollectiveResult(
         op=op,
         nbytes=int(nbytes),
