@@ -41,3 +41,79 @@ def cli():
 def refused():
     """``one_line_refusal`` (test modules cannot import conftest under importlib mode)."""
     return one_line_refusal
+
+
+def gpipe_whatif(folder: Path, *, dp: int = 2, pp: int = 2, mbs: int = 4, steps: int = 6,
+                 slow: tuple[int, int] | None = None, jitter: float = 0.0, data_load: float = 0.0,
+                 relative: bool = False, seed: int = 0) -> Path:
+    """A What-if trace (``trace-job1.parquet`` + ``meta-job1.yaml``) of a GPipe job: dp × pp workers,
+    ``mbs`` micro-batches, blocking forward/backward sends and receives between neighbouring stages,
+    continuous absolute seconds — so the last stage ends its backward first and starts step s+1 while
+    stage 0 still finishes step s (the import audit 16's whatif/gen.py). ``slow`` = (dp_rank, stage):
+    that worker's forwards take 1.5× longer; ``jitter``: compute times × U(1 ± jitter); ``data_load``:
+    seconds of data loading at each step's start; ``relative``: every step's times restart at 0."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    f, b, x, opt = 0.010, 0.020, 0.001, 0.004
+    rows: list[dict[str, object]] = []
+    t = {(d, s): 0.0 for d in range(dp) for s in range(pp)}
+    base = dict(t)
+
+    def add(d: int, s: int, step: int, op: str, t0: float, dur: float, seq: int = 0) -> None:
+        rows.append(dict(dp_rank=d, stage=s, rank=s * dp + d, step=step, optype=op,
+                         start_ts=t0 - (base[d, s] if relative else 0.0), duration=dur, seq_id=seq,
+                         mc=0, gmc=0, mb_id=seq))
+
+    def noisy(v: float) -> float:
+        return v * rng.uniform(1 - jitter, 1 + jitter) if jitter else v
+
+    for step in range(steps):
+        base = dict(t)
+        for d in range(dp):
+            if data_load:
+                for s in range(pp):
+                    add(d, s, step, "data-load", t[d, s], data_load)
+                    t[d, s] += data_load
+            for m in range(mbs):
+                for s in range(pp):
+                    if s > 0:
+                        end = max(t[d, s - 1], t[d, s]) + x
+                        add(d, s - 1, step, "forward-send", t[d, s - 1], end - t[d, s - 1], m)
+                        add(d, s, step, "forward-recv", t[d, s], end - t[d, s], m)
+                        t[d, s - 1] = t[d, s] = end
+                    ff = noisy(f * (1.5 if (d, s) == slow else 1.0))
+                    add(d, s, step, "forward-compute", t[d, s], ff, m)
+                    t[d, s] += ff
+            for m in range(mbs):
+                for s in reversed(range(pp)):
+                    if s < pp - 1:
+                        end = max(t[d, s + 1], t[d, s]) + x
+                        add(d, s + 1, step, "backward-send", t[d, s + 1], end - t[d, s + 1], m)
+                        add(d, s, step, "backward-recv", t[d, s], end - t[d, s], m)
+                        t[d, s + 1] = t[d, s] = end
+                    bb = noisy(b)
+                    add(d, s, step, "backward-compute", t[d, s], bb, m)
+                    t[d, s] += bb
+        for s in range(pp):
+            last = max(t[d, s] for d in range(dp))
+            for d in range(dp):
+                add(d, s, step, "grads-reduce-scatter", t[d, s], last + 0.003 - t[d, s])
+                t[d, s] = last + 0.003
+        for k in t:
+            add(*k, step, "optimizer", t[k], opt)
+            t[k] += opt
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "trace-job1.parquet")
+    (folder / "meta-job1.yaml").write_text(
+        f"trial_name: job1\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\ndsp_size: 1\nvpp_size: 1\n"
+        f"world_size: {dp * pp}\n")
+    return folder
+
+
+@pytest.fixture
+def gpipe():
+    """``gpipe_whatif`` (test modules cannot import conftest under importlib mode)."""
+    return gpipe_whatif

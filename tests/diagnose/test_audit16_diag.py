@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -25,71 +22,13 @@ def _cli(*args: str) -> str:
     return res.output
 
 
-def _gpipe_whatif(folder, *, slow=(2, 1), dp=4, pp=2, mbs=4, steps=20, seed=0):
-    """A What-if trace of a GPipe job (dp × pp workers, ``mbs`` micro-batches, continuous absolute
-    seconds) with blocking forward/backward sends and receives between neighbouring stages, as
-    the audit's gen.py: worker ``slow`` = (dp_rank, stage) computes its forwards 1.5× longer."""
-    rng = np.random.default_rng(seed)
-    cols = (
-        "dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "gmc", "mb_id"
-    )
-    rows: dict[str, list] = {k: [] for k in cols}
-
-    def add(d, s, step, op, t0, dur, seq=0, mb=0):
-        for k, v in zip(cols, (d, s, s * dp + d, step, op, t0, dur, seq, 0, 0, mb), strict=True):
-            rows[k].append(v)
-
-    f, b, x, opt, dl = 0.010, 0.020, 0.001, 0.004, 0.002
-    t = {(d, s): 0.0 for d in range(dp) for s in range(pp)}
-    for step in range(steps):
-        for d in range(dp):
-            for s in range(pp):
-                add(d, s, step, "data-load", t[d, s], dl)
-                t[d, s] += dl
-            for m in range(mbs):
-                for s in range(pp):
-                    if s > 0:  # a blocking send/receive pair with the previous stage
-                        end = max(t[d, s - 1], t[d, s]) + x
-                        add(d, s - 1, step, "forward-send", t[d, s - 1], end - t[d, s - 1], m, m)
-                        add(d, s, step, "forward-recv", t[d, s], end - t[d, s], m, m)
-                        t[d, s - 1] = t[d, s] = end
-                    ff = f * (1.5 if (d, s) == slow else 1.0) * rng.uniform(0.98, 1.02)
-                    add(d, s, step, "forward-compute", t[d, s], ff, m, m)
-                    t[d, s] += ff
-            for m in range(mbs):
-                for s in reversed(range(pp)):
-                    if s < pp - 1:
-                        end = max(t[d, s + 1], t[d, s]) + x
-                        add(d, s + 1, step, "backward-send", t[d, s + 1], end - t[d, s + 1], m, m)
-                        add(d, s, step, "backward-recv", t[d, s], end - t[d, s], m, m)
-                        t[d, s + 1] = t[d, s] = end
-                    bb = b * rng.uniform(0.98, 1.02)
-                    add(d, s, step, "backward-compute", t[d, s], bb, m, m)
-                    t[d, s] += bb
-        for s in range(pp):
-            last = max(t[d, s] for d in range(dp))
-            for d in range(dp):
-                add(d, s, step, "grads-reduce-scatter", t[d, s], last + 0.003 - t[d, s])
-                t[d, s] = last + 0.003
-        for k in t:
-            add(*k, step, "optimizer", t[k], opt)
-            t[k] += opt
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(rows), folder / "trace-job1.parquet")
-    (folder / "meta-job1.yaml").write_text(
-        f"trial_name: job1\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\ndsp_size: 1\nvpp_size: 1\n"
-        f"world_size: {dp * pp}\n"
-    )
-    return folder
-
-
-def test_pipeline_victim_is_not_called_slower_own_compute(tmp_path):
+def test_pipeline_victim_is_not_called_slower_own_compute(tmp_path, gpipe):
     """Import audit #4: only worker (dp 2, stage 1) = rank 6 computes slower; its stage-0 peer rank 2
     reaches the stage-0 reduce-scatter late only because it waits for rank 6's backward sends. Before,
     the finding named ranks [2, 6], stages [0, 1], "slower own compute" — the mean of rank 6's +20 ms
     and rank 2's 0 ms of compute excess (cause_explains_share 0.503). Now rank 6 alone is the culprit,
     with its own cause, and rank 2 is named downstream of it through the pipeline."""
-    src = _gpipe_whatif(tmp_path / "s")
+    src = gpipe(tmp_path / "s", dp=4, pp=2, steps=20, slow=(2, 1), jitter=0.02, data_load=0.002)
     run = tmp_path / "run_s"
     _cli("import", "whatif", str(src), "-o", str(run))
     d = json.loads(_cli("diagnose", str(run), "--format", "json"))
