@@ -89,6 +89,9 @@ def wait(*args, **kwargs):
     os.kill(os.getpid(), getattr(signal, sys.argv[2]))
     time.sleep(30)
 
+# A terminal's process starts with SIGHUP at its default; under `nohup` (a CI runner, a detached test
+# run) it is inherited as ignored, and the launcher rightly leaves ignored signals alone.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 launcher._spawn_workers, launcher._wait = spawn, wait
 launcher._cleanup = lambda run, cfg, prefix: print("cleanup ran", flush=True)
 try:
