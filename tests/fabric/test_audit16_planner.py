@@ -191,6 +191,27 @@ def test_sizes_outside_the_calibrated_range_get_a_note(cli, data_dir, tmp_path):
     assert r.returncode == 0 and "calibrated range" not in r.stderr
 
 
+def test_simulate_and_study_on_a_calibrated_cluster_note_buckets_outside_its_range(cli, data_dir, tmp_path):
+    """simulate/study on a calibrated cluster fed DDP's 1 MiB first bucket (and 25 MiB ones) to a fit
+    made on 32 MiB-8 GiB rows without the note `collective` prints; stdout stays pure JSON."""
+    fit = tmp_path / "cal_ib.yaml"
+    logs = [str(data_dir / f"h100ib_n{n}_all_reduce.log") for n in (2, 4)]
+    assert cli("collective", "--calibrate", *logs, "--save-calibration", str(fit), "--nodes", "8",
+               "--sizes", "32M", "--format", "csv").returncode == 0
+    r = cli("simulate", "--cluster", str(fit), "--workload", "resnet-50", "--nodes", "2", "--steps", "30",
+            "--out", str(tmp_path / "sim"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
+    note = next(line for line in r.stderr.splitlines() if "calibrated range" in line)
+    assert "gradient bucket size(s) 1 MiB" in note and "32M..8G" in note, note
+    r = cli("study", "--cluster", str(fit), "--workload", "resnet-50", "--nodes", "2", "--repeats", "1",
+            "--steps", "30", "--warmup", "5", "--no-figures", "--out", str(tmp_path / "study"))
+    assert r.returncode == 0 and "gradient bucket size(s) 1 MiB" in r.stderr, r.stderr
+    r = cli("simulate", "--cluster", "dgx-h100-ib", "--workload", "resnet-50", "--nodes", "2",
+            "--steps", "30", "--out", str(tmp_path / "sim2"))
+    assert r.returncode == 0 and "calibrated range" not in r.stderr  # a preset is not calibrated
+
+
 # ---- finding 7: --explain ------------------------------------------------------------------------------
 def _os2(tmp_path: Path) -> Path:
     """The roce-leaf-spine-2to1 preset cut to 64 nodes (4 leaves of 16), plain ECMP, as the audit used."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,4 +144,39 @@ def stderr_progress(enabled: bool = True) -> Any:
         console=err,
         transient=True,
         disable=not (enabled and err.is_terminal),
+    )
+
+
+def human_size(n: int) -> str:
+    """Bytes as nccl-tests' size column writes them: 32M, 1G, 4K, else the plain number."""
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def size_range_note(sizes: list[int], fitted: tuple[int, int] | None, *, what: str = "size(s)",
+                    name: Callable[[int], str] = human_size) -> str | None:
+    """A note naming ``sizes`` outside the size range of a calibration's rows (``tuning.calibrated_sizes``):
+    the fit used only those rows, and its fixed cost (base_us) carries their fixed costs, which smaller
+    sizes do not have (docs/cluster-files.md, "Sizes outside the calibrated range"). None when all are in
+    it or the cluster was not calibrated."""
+    if fitted is None:
+        return None
+    lo, hi = fitted
+    out = [s for s in sizes if not lo <= s <= hi]
+    if not out:
+        return None
+    names = ", ".join(name(s) for s in out[:8]) + (", ..." if len(out) > 8 else "")
+    why = []
+    if any(s < lo for s in out):
+        why.append(
+            "below it the fitted fixed cost dominates (on the H100 InfiniBand logs 1-8 MiB came out 30-99% "
+            "too slow)"
+        )
+    if any(s > hi for s in out):
+        why.append("above it no measured row checks the model")
+    return (
+        f"note: {what} {names} outside the calibrated range {human_size(lo)}..{human_size(hi)} (the rows "
+        f"the fit used): {'; '.join(why)}; treat them as rough (docs/cluster-files.md)"
     )

@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fabricpace._errors import InputError
-from fabricpace.cli._common import check_format, check_writable, parse_int_list, parse_size_list
+from fabricpace.cli._common import (
+    check_format,
+    check_writable,
+    human_size,
+    parse_int_list,
+    parse_size_list,
+    size_range_note,
+)
 
 if TYPE_CHECKING:
     from fabricpace.fabric.nccl_tests import NcclTestsLog
 
 _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "algbw_gbps", "busbw_gbps")
 _DEFAULT_NODES = (2, 4, 8, 16, 32)
-
-
-def _human(n: int) -> str:
-    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return str(n)
 
 
 def register(app: typer.Typer) -> None:
@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
                 print(f"calibrated cluster written to {save_calibration}", file=sys.stderr)
         elif save_calibration is not None:
             raise InputError("--save-calibration needs --calibrate LOG (the nccl-tests logs to fit)")
-        outside = _size_range_note(size_list, cl.tuning.calibrated_sizes)
+        outside = size_range_note(size_list, cl.tuning.calibrated_sizes)
         if outside:
             print(outside, file=sys.stderr)
 
@@ -257,7 +257,7 @@ def register(app: typer.Typer) -> None:
             t.add_row(
                 str(d["nodes"]),
                 str(d["gpus"]),
-                _human(int(d["bytes"])),
+                human_size(int(d["bytes"])),
                 str(d["algorithm"]),
                 str(d["protocol"]),
                 f"{d['time_us']:.1f}",
@@ -308,31 +308,6 @@ def _extrapolation_note(node_list: list[int], fitted: tuple[int, ...]) -> str | 
         f"({ratio:.0f}x beyond): on the validation set the worst error grew with that distance "
         "(2x: 7%; 8x: 16-32%; 30-70x: 31% all-reduce, 92% all-gather; docs/cluster-files.md). "
         "Measure one larger node count and pass it to --compare to check"
-    )
-
-
-def _size_range_note(size_list: list[int], fitted: tuple[int, int] | None) -> str | None:
-    """A note naming the requested sizes outside the size range of the calibration's rows: the fit used
-    only those rows, and its fixed cost (base_us) carries their fixed costs, which smaller sizes do not
-    have (docs/cluster-files.md, "Sizes outside the calibrated range")."""
-    if fitted is None:
-        return None
-    lo, hi = fitted
-    out = [s for s in size_list if not lo <= s <= hi]
-    if not out:
-        return None
-    names = ", ".join(_human(s) for s in out[:8]) + (", ..." if len(out) > 8 else "")
-    why = []
-    if any(s < lo for s in out):
-        why.append(
-            "below it the fitted fixed cost dominates (on the H100 InfiniBand logs 1-8 MiB came out 30-99% "
-            "too slow)"
-        )
-    if any(s > hi for s in out):
-        why.append("above it no measured row checks the model")
-    return (
-        f"note: size(s) {names} outside the calibrated range {_human(lo)}..{_human(hi)} (the rows the fit "
-        f"used): {'; '.join(why)}; treat them as rough (docs/cluster-files.md)"
     )
 
 
@@ -400,7 +375,7 @@ def _score(
     return "".join(f"{n}\n" for n in notes) + (
         f"compared with {len(errs)} measured rows (32 MB-8 GB) of {logs}: time error median "
         f"{100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% "
-        f"({_human(worst[2])} on {worst[1]} nodes)"
+        f"({human_size(worst[2])} on {worst[1]} nodes)"
     )
 
 

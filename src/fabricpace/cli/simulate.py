@@ -18,8 +18,26 @@ from fabricpace.cli._common import (
     count,
     parse_int_list,
     require_torch,
+    size_range_note,
     stderr_progress,
 )
+
+
+def _bucket_size_note(cluster: str | None, workload: str | None) -> str | None:
+    """``collective``'s note on sizes outside a calibrated cluster's fitted range, for the workload's
+    gradient buckets: a calibration on 32 MiB-8 GiB nccl-tests rows times DDP's 1 MiB first bucket up
+    to 2x too slow, and a simulation sums thousands of such buckets (planner audit 16)."""
+    if cluster is None or workload is None:
+        return None
+    from fabricpace.fabric import load_cluster
+    from fabricpace.sim import load_workload
+
+    fitted = load_cluster(cluster).tuning.calibrated_sizes
+    if fitted is None:
+        return None
+    sizes = sorted({int(b) for b in load_workload(workload).buckets()})
+    return size_range_note(sizes, fitted, what=f"{cluster} is calibrated; gradient bucket size(s)",
+                           name=lambda n: f"{n / (1 << 20):.3g} MiB")
 
 
 def _default_out(prefix: str) -> Path:
@@ -166,6 +184,9 @@ def register(app: typer.Typer) -> None:
         cluster, workload, noise, sc = _resolve_inputs(scenario, cluster, workload, noise)
         if cluster is None or workload is None:
             raise InputError("simulate needs --cluster and --workload (or --scenario NAME|DIR)")
+        bucket_note = _bucket_size_note(cluster, workload)
+        if bucket_note is not None:
+            typer.echo(bucket_note, err=True)
         from fabricpace.run.reader import load_run
         from fabricpace.sim import SimOptions, load_workload, rank_leaves, resolve_node_order, twin_policies
         from fabricpace.sim import simulate as run_sim
@@ -296,6 +317,10 @@ def register(app: typer.Typer) -> None:
                     f"cluster ({plan.cluster}) has {have}; lower study.nodes or raise the cluster's nodes"
                 )
         check_plan(plan)  # bad input fails before the progress bar draws anything
+        if backend == "sim":
+            bucket_note = _bucket_size_note(plan.cluster, plan.workload)
+            if bucket_note is not None:
+                typer.echo(bucket_note, err=True)
         if backend != "sim":
             require_torch(f"study --backend {backend}")
         total = len(plan.points())
