@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +119,45 @@ def gpipe_whatif(folder: Path, *, dp: int = 2, pp: int = 2, mbs: int = 4, steps:
 def gpipe():
     """``gpipe_whatif`` (test modules cannot import conftest under importlib mode)."""
     return gpipe_whatif
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch_gloo_ranks(script: Path, args: list[str], *, world: int, local_world: int | None = None,
+                      env: dict[str, str] | None = None,
+                      timeout: float = 150) -> list[subprocess.CompletedProcess[str]]:
+    """Run ``world`` real ranks of ``script`` (gloo over loopback) as torchrun would start them and wait
+    for all of them; each is told that ``local_world`` ranks share its host (LOCAL_WORLD_SIZE; default:
+    all of them; the fabric lab says 1). ``env`` is added to each rank's environment."""
+    local_world = local_world or world
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        e = dict(os.environ)
+        e.update(env or {})
+        e.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % local_world),
+                 LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=e, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    results = []
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()  # only the processes this helper started
+            out, err = p.communicate()
+            raise AssertionError(f"rank {rank} timed out; stderr tail:\n{err[-3000:]}") from None
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return results
+
+
+@pytest.fixture(scope="session")
+def gloo_ranks():
+    """(launch_gloo_ranks, free_port) for the conftests below (importlib mode: no conftest imports)."""
+    return launch_gloo_ranks, free_port

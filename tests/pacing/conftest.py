@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,39 +83,8 @@ def bench() -> Any:
     return mod
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def launch_ranks(script: Path, args: list[str], *, world: int, local_world: int,
-                 timeout: float = 240) -> list[subprocess.CompletedProcess[str]]:
-    """Run ``world`` real ranks of ``script`` (gloo over loopback) as torchrun would start them, each
-    told that ``local_world`` ranks share its host (LOCAL_WORLD_SIZE; the fabric lab says 1)."""
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ)
-        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % local_world),
-                   LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    done = []
-    for rank, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()  # only the processes started here
-            out, err = p.communicate()
-            raise AssertionError(f"rank {rank} timed out; stderr tail:\n{err[-3000:]}") from None
-        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    return done
-
-
 @pytest.fixture(scope="session")
-def launch():
-    """``launch_ranks`` (test modules cannot import conftest under importlib mode)."""
-    return launch_ranks
+def launch(gloo_ranks):
+    """The root conftest's rank launcher with 240 s per rank (test modules cannot import conftest under
+    importlib mode); callers say how many ranks share a host (``local_world``)."""
+    return functools.partial(gloo_ranks[0], timeout=240)
