@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -479,13 +479,36 @@ def _handling(sigs: tuple[signal.Signals, ...], handler: Callable[[int, object],
             signal.signal(sig, _lingering(old, linger_s) if interrupted and linger_s > 0 else old)
         if interrupted and linger_s > 0 and previous:
             # Python puts the default handlers back while it exits: ignore them then, while they last.
-            atexit.register(_ignore_until, list(previous), time.monotonic() + linger_s)
+            _exit_linger(previous, time.monotonic() + linger_s)
 
 
-def _ignore_until(sigs: list[signal.Signals], until: float) -> None:
-    if time.monotonic() < until and threading.current_thread() is threading.main_thread():
-        for sig in sigs:
-            signal.signal(sig, signal.SIG_IGN)
+class _ExitLinger:
+    """The signals to ignore while the interpreter exits, and until when. One atexit hook serves every
+    interrupted run of the process: a long-lived program that runs the launcher many times used to pile
+    up one hook per interrupted run (only the latest run's deadline matters: the others have passed)."""
+
+    def __init__(self) -> None:
+        self.sigs: set[signal.Signals] = set()
+        self.until = 0.0
+        self.registered = False
+
+    def run(self) -> None:
+        if time.monotonic() < self.until and threading.current_thread() is threading.main_thread():
+            for sig in sorted(self.sigs):
+                signal.signal(sig, signal.SIG_IGN)
+
+
+_EXIT_LINGER = _ExitLinger()
+
+
+def _exit_linger(sigs: Iterable[signal.Signals], until: float) -> None:
+    if time.monotonic() >= _EXIT_LINGER.until:
+        _EXIT_LINGER.sigs.clear()  # an earlier run's linger is over: only this run's signals now
+    _EXIT_LINGER.sigs.update(sigs)
+    _EXIT_LINGER.until = max(_EXIT_LINGER.until, until)
+    if not _EXIT_LINGER.registered:
+        atexit.register(_EXIT_LINGER.run)
+        _EXIT_LINGER.registered = True
 
 
 def _lingering(previous: Any, seconds: float) -> Callable[[int, object], None]:
