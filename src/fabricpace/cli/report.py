@@ -72,6 +72,11 @@ def register(app: typer.Typer) -> None:
             None, "--gpus-per-node", help="Ranks per node when the source does not tell (node = rank // N)."
         ),
         meta: Path | None = typer.Option(None, "--meta", help="whatif: the meta YAML (default: beside SRC)."),
+        allow_clock_skew: bool = typer.Option(
+            False, "--allow-clock-skew",
+            help="kineto: ranks whose steps start far apart are one job on hosts whose clocks disagree "
+                 "(no NTP), not traces of different runs: import them, aligned by their step starts.",
+        ),
         output_format: str = typer.Option("text", "--format", help="text | json"),
     ) -> None:
         """Import traces from other tools into a fabricpace run directory."""
@@ -79,11 +84,14 @@ def register(app: typer.Typer) -> None:
         check_writable(out, option="--out", creates_folders=True)
         if gpus_per_node is not None and gpus_per_node <= 0:
             raise InputError(f"--gpus-per-node {gpus_per_node}: must be a positive integer")
+        if allow_clock_skew and fmt != "kineto":
+            raise InputError(f"--allow-clock-skew: only for kineto traces, not {fmt!r} (drop the option)")
         if fmt == "kineto":
             from fabricpace.importers.kineto import KinetoConfig, import_kineto
 
             with _byte_progress("importing kineto", sys.stderr.isatty()) as (advance, total):
-                run = import_kineto(src, out, config=KinetoConfig(ops=ops, gpus_per_node=gpus_per_node),
+                run = import_kineto(src, out, config=KinetoConfig(ops=ops, gpus_per_node=gpus_per_node,
+                                                                       allow_clock_skew=allow_clock_skew),
                                     progress=advance, on_total=total)
         elif fmt == "whatif":
             from fabricpace.importers.whatif import import_whatif

@@ -24,13 +24,15 @@ What is kept (DESIGN.md run directory):
   same less data loading, ``compute_ns`` = step - wait - data - gc; ``data_ns`` =
   ``enumerate(DataLoader)*`` annotations;
 - checks across ranks: traces of different runs (a rank's steps starting far from the other ranks'
-  same steps) are refused; ranks the traces' ``world_size`` names but the folder lacks are said on
-  stderr (and by every reader of the run, ``run/coverage.py``);
+  same steps) are refused, unless ``allow_clock_skew`` says the hosts' clocks disagree (then each
+  rank is aligned by the median offset of its step starts, kept in ``ranks.clock_offset_ns``); ranks
+  the traces' ``world_size`` names but the folder lacks are said on stderr (and by every reader of
+  the run, ``run/coverage.py``);
 - ops: every GPU kernel / memcpy / memset (``--no-ops`` leaves them out).
 
 Times: absolute ns = ``baseTimeNanoseconds`` (0 when absent) + ts µs × 1000, then shifted so the first
 step start of any rank is 0. Profiler clocks of different hosts are taken as synchronized
-(``clock_err_ns`` is left null: unknown).
+(``clock_err_ns`` is left null: unknown), unless ``allow_clock_skew`` aligns them as above.
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ class KinetoConfig:
     ops: bool = True  # keep GPU kernels/memcpy/memset as ops rows
     gpus_per_node: int | None = None  # node = rank // gpus_per_node when hosts are not known
     chunk_bytes: int = 1 << 20  # read size while streaming
+    # Ranks whose steps start further apart than the different-runs limit are one job whose hosts'
+    # clocks disagree (no NTP): import them, each rank aligned by its median step-start offset.
+    allow_clock_skew: bool = False
 
 
 @dataclass
@@ -369,12 +374,15 @@ def import_kineto(
             del trace
         all_tables = [by_rank[r] for r in sorted(by_rank)]
         assert origin is not None
-        _check_one_run(src, all_tables, ranks_seen)
+        offsets = _check_one_run(src, all_tables, ranks_seen, allow_skew=config.allow_clock_skew)
+        if config.allow_clock_skew:  # the origin on the aligned clocks: the first aligned step start
+            origin = min(int(t.steps["t_start_ns"].min()) - offsets[t.rank] for t in all_tables)
         _number_collectives(all_tables)
         for t in all_tables:
+            shift = origin + offsets[t.rank]
             st = dict(t.steps)
-            st["t_start_ns"] = st["t_start_ns"] - origin
-            st["t_end_ns"] = st["t_end_ns"] - origin
+            st["t_start_ns"] = st["t_start_ns"] - shift
+            st["t_end_ns"] = st["t_end_ns"] - shift
             writer.write("steps", st, rank=t.rank)
             c = t.collectives
             if len(c["rank"]):
@@ -382,10 +390,10 @@ def import_kineto(
                     "rank": c["rank"], "step": c["step"], "seq": c["seq"],
                     "group": c["group_key"].astype(str), "op": c["op"].astype(str),
                     "bytes": np.where(c["bytes_known"], c["bytes"], None),
-                    "t_enter_ns": c["t_enter_ns"] - origin, "t_exit_ns": c["t_exit_ns"] - origin,
+                    "t_enter_ns": c["t_enter_ns"] - shift, "t_exit_ns": c["t_exit_ns"] - shift,
                 }, rank=t.rank)
                 stats["collectives"] += len(c["rank"])
-        _shift_ops(tmp, origin)
+        _shift_ops(tmp, origin, offsets)
         rank_ids = sorted(ranks_seen)
         host_names = [hosts[r] for r in rank_ids]
         if all(h is not None for h in host_names):
@@ -403,7 +411,7 @@ def import_kineto(
             "host": host_names, "leaf": [None] * len(rank_ids), "dp_rank": rank_ids,
             "pp_stage": [None] * len(rank_ids), "tp_rank": [None] * len(rank_ids),
             "numa": [None] * len(rank_ids), "gpu": [None] * len(rank_ids), "nic": [None] * len(rank_ids),
-            "clock_offset_ns": [0] * len(rank_ids), "clock_err_ns": [None] * len(rank_ids),
+            "clock_offset_ns": [offsets[r] for r in rank_ids], "clock_err_ns": [None] * len(rank_ids),
             "trace_file": [", ".join(p.name for p in ranks_seen[r]) for r in rank_ids],
         })
         node_from = "unknown"
@@ -422,6 +430,8 @@ def import_kineto(
             collectives_from="gpu kernels" if stats["gpu_collectives"] else "cpu ops",
             events=stats["events"],
             node_from=node_from,
+            **({"clock_aligned_by": "median step-start offset (--allow-clock-skew)"}
+               if config.allow_clock_skew else {}),
         )
     job = max(world_sizes) if world_sizes else None
     missing = job_ranks_missing(rank_ids, job)
@@ -435,7 +445,8 @@ RUN_APART_STEPS = 10  # ranks' starts of one ProfilerStep#N further apart than t
 RUN_APART_MIN_NS = 1_000_000_000  # ... and than this: traces of different runs
 
 
-def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, list[Path]]) -> None:
+def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, list[Path]], *,
+                   allow_skew: bool = False) -> dict[int, int]:
     """Refuse ranks whose steps start far from the same steps of the other ranks: other runs' traces.
 
     One job's ranks run the same step together (a collective joins them every step): rank r's
@@ -444,12 +455,18 @@ def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, l
     shares any (the lowest rank first), of its start minus that rank's start; a median, so one odd
     step (a stall, a checkpoint) moves nothing. More than max(10 median step lengths, 1 s) apart is
     refused: the audit's folder mixing two runs of 50 ms steps had them 20.2 s apart.
+
+    With ``allow_skew`` the user says the ranks are one job on hosts whose clocks disagree: nothing is
+    refused, and each rank's offset to rank 0's clock (its median offset chained through its reference
+    rank's) is returned, to be taken off its times. Without it every offset returned is 0: clocks are
+    taken as synchronized, as before.
     """
     starts = {t.rank: dict(zip(t.steps["step"].tolist(), t.steps["t_start_ns"].tolist(), strict=True))
               for t in tables}
     lengths = np.concatenate([t.steps["t_end_ns"] - t.steps["t_start_ns"] for t in tables])
     limit = max(RUN_APART_STEPS * float(np.median(lengths)), RUN_APART_MIN_NS) if len(lengths) else 0.0
     checked: list[int] = []
+    offsets = dict.fromkeys(starts, 0)
     for rank in sorted(starts):
         for ref in checked:
             shared = sorted(starts[rank].keys() & starts[ref].keys())
@@ -457,7 +474,9 @@ def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, l
                 continue
             diffs = np.array([starts[rank][n] - starts[ref][n] for n in shared], dtype=np.float64)
             off = float(np.median(diffs))
-            if abs(off) > limit:
+            if allow_skew:
+                offsets[rank] = offsets[ref] + round(off)
+            elif abs(off) > limit:
                 n = shared[len(shared) // 2]
                 raise RunDirError(
                     f"{src}: traces of different runs: ProfilerStep#{n} of rank {rank} "
@@ -465,10 +484,12 @@ def _check_one_run(src: str | Path, tables: list[RankTables], files: dict[int, l
                     f"{'after' if off > 0 else 'before'} that of rank {ref} "
                     f"({_names(files[ref])}), with steps of {float(np.median(lengths)) / 1e6:.0f} ms (one "
                     "job's ranks start each step together, unless its hosts' clocks disagree by that much); "
-                    "import one run at a time (move the other run's files to their own folder)"
+                    "import one run at a time (move the other run's files to their own folder), or, "
+                    "if they are one job on hosts whose clocks disagree, pass --allow-clock-skew"
                 )
             break
         checked.append(rank)
+    return offsets
 
 
 def _names(paths: list[Path]) -> str:
@@ -550,15 +571,17 @@ def _write_ops(run_dir: Path, rank: int, ops: dict[str, Any], *, part: int = 0) 
     write_table_atomic(run_dir / "ops" / f"rank-{rank:05d}" / f"part-{part:06d}.parquet", table)
 
 
-def _shift_ops(run_dir: Path, origin: int) -> None:
-    """Move the ops parts (written in absolute ns to keep memory bounded) onto the run's timeline."""
+def _shift_ops(run_dir: Path, origin: int, offsets: dict[int, int]) -> None:
+    """Move the ops parts (written in absolute ns to keep memory bounded) onto the run's timeline:
+    ``origin`` plus the rank's clock offset (its folder's name says the rank)."""
     folder = run_dir / "ops"
     if not folder.is_dir():
         return
     for part in sorted(folder.glob("*/part-*.parquet")):
+        shift = origin + offsets.get(int(part.parent.name.removeprefix("rank-")), 0)
         t = pq.read_table(part)
         i = t.schema.get_field_index("t_start_ns")
-        t = t.set_column(i, "t_start_ns", pc.subtract(t.column(i), pa.scalar(origin, pa.int64())))
+        t = t.set_column(i, "t_start_ns", pc.subtract(t.column(i), pa.scalar(shift, pa.int64())))
         tmp = part.with_name("." + part.name + ".tmp")
         pq.write_table(t, tmp, compression="zstd")
         tmp.replace(part)
