@@ -556,3 +556,43 @@ def scaling_rows(
         (base["step_ms"] / pl.col("step_ms")).alias("efficiency"),
         (pl.col("world_size") / pl.col("step_ms") * 1000.0).alias("rank_steps_per_s"),
     )
+
+
+# As diagnose's (diagnose/engine.py _SWEEP_SOURCES): runs whose "steps" are the message sizes of a sweep.
+SIZE_SWEEP_SOURCES = ("import:nccl-tests",)
+
+
+def is_size_sweep(run: RunData) -> bool:
+    """An nccl-tests import: one step per message size, a description of the fabric, not a training run
+    (step-time statistics over it would describe the sizes)."""
+    return run.manifest.source in SIZE_SWEEP_SOURCES
+
+
+def size_sweep_rows(run: RunData, name: str) -> pl.DataFrame:
+    """Per message size of a size sweep (``run`` with steps and collectives): op, bytes, time (ms,
+    median over ranks of the step) and algorithm bandwidth (bytes / time, GB/s) — the numbers
+    ``diagnose`` lists in metrics.size_sweep — and nccl-tests' own bus bandwidth (GB/s, null when the
+    import has none)."""
+    t0, t1 = pl.col("t_start_ns"), pl.col("t_end_ns")
+    times = (
+        run.steps.filter(t0.is_not_null() & t1.is_not_null())
+        .group_by("step")
+        .agg((t1 - t0).median().cast(pl.Float64).alias("ns"))
+    )
+    c = run.collectives
+    busbw = pl.col("busbw_gbps").cast(pl.Float64) if "busbw_gbps" in c.columns else pl.lit(None, pl.Float64)
+    shape = c.group_by("step").agg(pl.col("op").first(), pl.col("bytes").max(), busbw.median().alias("busbw"))
+    ok = pl.col("bytes").is_not_null() & (pl.col("ns") > 0)
+    rows = shape.join(times, on="step").filter(ok).sort("step")
+    return rows.select(
+        pl.lit(name).alias("run"),
+        pl.lit(run.world_size).cast(pl.Int64).alias("world_size"),
+        pl.lit(int(run.manifest.nodes)).cast(pl.Int64).alias("nodes"),
+        "step",
+        pl.col("op").cast(pl.String),
+        pl.col("bytes").cast(pl.Int64),
+        (pl.col("ns") / 1e6).alias("time_ms"),
+        (pl.col("bytes") / pl.col("ns")).alias("algbw_gbytes_s"),
+        pl.col("busbw").cast(pl.Float64).alias("busbw_gbytes_s"),
+    )
+

@@ -207,6 +207,22 @@ def scaling(rows: pl.DataFrame) -> go.Figure:
     return fig.update_layout(margin={"t": 90})
 
 
+def size_sweep(rows: pl.DataFrame) -> go.Figure:
+    """nccl-tests size sweeps: bandwidth against message size, one line per run (and op): the bus
+    bandwidth nccl-tests reports (comparable across rank counts) when every row has it, else algbw."""
+    bus = rows["busbw_gbytes_s"].null_count() == 0
+    col, label = ("busbw_gbytes_s", "bus bandwidth, GB/s") if bus else ("algbw_gbytes_s", "algbw, GB/s")
+    fig = go.Figure()
+    for (run, op), part in rows.sort("world_size", "bytes").group_by(["run", "op"], maintain_order=True):
+        n = int(part["world_size"][0])
+        fig.add_scatter(x=part["bytes"].to_numpy(), y=part[col].to_numpy(), mode="lines+markers",
+                        name=f"{run} ({n} ranks) {op}", customdata=part["time_ms"].to_numpy(),
+                        hovertemplate="%{x} B: %{y:.2f} GB/s, %{customdata:.3f} ms<extra></extra>")
+    fig.update_xaxes(title_text="message size, bytes", type="log")
+    fig.update_yaxes(title_text=label, rangemode="tozero")
+    return _layout(fig, "nccl-tests size sweeps: bandwidth against message size, per rank count")
+
+
 def timeline(
     run: RunData,
     steps: tuple[int, int],

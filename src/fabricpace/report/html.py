@@ -446,16 +446,80 @@ def render_report(
         summary_table(summaries),
     ]
     if len(runs) > 1:
-        rows = rd.scaling_rows(list(zip(names, runs, strict=True)), [st.waits for st in stats], warmups)
-        body.append('<h2 id="scaling">Scaling</h2>')
-        body.append(_fig_html(figures.scaling(rows), "scaling-fig"))
-        body.append(_scaling_table(rows))
+        body.extend(_scaling_section(names, runs, paths, [st.waits for st in stats], warmups))
     for i, (name, run, st) in enumerate(zip(names, runs, stats, strict=True)):
         body.extend(_run_sections(name, run, st, i, steps, warmups[i]))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>fabricpace report</title>"
         f"<style>{_CSS}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
         "<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _scaling_section(names: list[str], runs: list[RunData], paths: list[Path], waits: list[pl.DataFrame],
+                     warmups: list[int | None]) -> list[str]:
+    """The Scaling section: step time across the training runs; nccl-tests size sweeps, whose "steps"
+    are message sizes (a mean step over sizes, "efficiency 78%", meant nothing: audit 17), get their
+    time and bandwidth per size and rank count instead, as ``diagnose`` treats them (metrics.size_sweep)."""
+    out = ['<h2 id="scaling">Scaling</h2>']
+    sweeps = [i for i, run in enumerate(runs) if rd.is_size_sweep(run)]
+    train = [i for i in range(len(runs)) if i not in sweeps]
+    if len(train) > 1:
+        rows = rd.scaling_rows([(names[i], runs[i]) for i in train], [waits[i] for i in train],
+                               [warmups[i] for i in train])
+        out.append(_fig_html(figures.scaling(rows), "scaling-fig"))
+        out.append(_scaling_table(rows))
+    if not sweeps:
+        return out
+    which = ", ".join(names[i] for i in sweeps)
+    alone = " (and one training run has nothing to compare with)" if len(train) == 1 else ""
+    out.append(
+        f'<p class="meta">{_esc(which)}: nccl-tests size {"sweeps" if len(sweeps) > 1 else "sweep"}: one '
+        "step per message size, not a training run, so step-time statistics (mean step, where it goes, "
+        f"efficiency) are left out (they would describe the sizes){_esc(alone)}; below, time and "
+        "bandwidth at each size and rank count, as <code>fabricpace diagnose</code> lists them "
+        "(metrics.size_sweep).</p>"
+    )
+    rows = pl.concat([rd.size_sweep_rows(load_run(paths[i], tables=("steps", "collectives")), names[i])
+                      for i in sweeps])
+    if rows.height:
+        out.append(_fig_html(figures.size_sweep(rows), "sweep-fig"))
+        out.append(_sweep_table(rows))
+    return out
+
+
+def _size(n: int) -> str:
+    """1073741824 -> '1 GiB', 8 -> '8 B' (as diagnose's sweep note writes sizes)."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def _sweep_table(rows: pl.DataFrame) -> str:
+    """One row per (op, size); per sweep run (ordered by rank count) its time, algbw and busbw there."""
+    runs = rows.select("run", "world_size", "nodes").unique(maintain_order=True).sort("world_size")
+    keys = rows.select("op", "bytes").unique().sort("op", "bytes")
+    metrics = (("time_ms", "time (ms)", 3), ("algbw_gbytes_s", "algbw (GB/s)", 2),
+               ("busbw_gbytes_s", "busbw (GB/s)", 2))
+    head = ('<tr><th rowspan="2">op</th><th rowspan="2">size</th>' + "".join(
+        f'<th colspan="3">{_esc(r)} ({n} ranks, {k} node{"s" if k != 1 else ""})</th>'
+        for r, n, k in runs.iter_rows()) + "</tr><tr>" + "".join(
+        f"<th>{_esc(label)}</th>" for _ in range(runs.height) for _c, label, _d in metrics) + "</tr>")
+    at = {(r["run"], r["op"], r["bytes"]): r for r in rows.iter_rows(named=True)}
+    body = []
+    for op, size in keys.iter_rows():
+        cells = [f"<td>{_esc(op)}</td>", f'<td class="num">{_esc(_size(size))}</td>']
+        for run in runs["run"]:
+            row = at.get((run, op, size))
+            cells += [f'<td class="num">{_esc(_fmt(row[c] if row else None, d))}</td>'
+                      for c, _l, d in metrics]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        '<table class="sweep">' + head + "".join(body) + "</table>"
+        '<div class="meta defs">Per message size: <b>time</b> = median over ranks of that size\'s step (the '
+        "log's out-of-place time); <b>algbw</b> = size ÷ time; <b>busbw</b> = nccl-tests' bus bandwidth "
+        "(algbw scaled by the collective's traffic factor, comparable across rank counts).</div>"
     )
 
 
