@@ -128,3 +128,34 @@ def test_far_extrapolation_gets_a_note_with_the_validation_errors(cli):
     note = [line for line in far.stderr.splitlines() if line.startswith("note: predicting up to 32 nodes")]
     assert len(note) == 1 and "from logs of at most 4 nodes (8x beyond)" in note[0] and "--compare" in note[0]
     assert [row["nodes"] for row in json.loads(far.stdout)] == [8, 32]  # stdout stays the JSON alone
+
+
+def test_files_after_compare_are_scored_not_fitted(cli):
+    # `--compare n4.log n8.log` (or a glob) used to hand n8.log to the fit: an in-sample score shown as
+    # held out.
+    d = _data()
+    n2, n4, n8 = (str(d / f"h100ib_n{n}_all_reduce.log") for n in (2, 4, 8))
+    common = ("collective", "--nodes", "8", "--sizes", "1G", "--calibrate", n2)
+    spaced = cli(*common, "--compare", n4, n8)
+    repeated = cli(*common, "--compare", n4, "--compare", n8)
+    assert spaced.returncode == 0 and repeated.returncode == 0, spaced.stderr
+    assert "from 1 log:" in spaced.stderr and "of 2 log(s)" in spaced.stderr
+    assert spaced.stdout == repeated.stdout and spaced.stderr == repeated.stderr
+
+
+def test_a_log_both_fitted_and_compared_is_refused(cli, refused):
+    d = _data()
+    n2, n8 = (str(d / f"h100ib_n{n}_all_reduce.log") for n in (2, 8))
+    r = cli("collective", "--nodes", "8", "--sizes", "1G", "--calibrate", n2, n8, "--compare", n8)
+    msg = refused(r)
+    assert "also given to --calibrate" in msg and "h100ib_n8_all_reduce.log" in msg
+
+
+def test_a_second_value_after_a_one_value_option_is_named(cli, refused):
+    d = _data()
+    n2, n4 = (str(d / f"h100ib_n{n}_all_reduce.log") for n in (2, 4))
+    msg = refused(cli("collective", "--calibrate", n2, n4, "--nodes", "8", "16", "--sizes", "1G"))
+    assert "unexpected argument(s) 16 after --nodes" in msg and "--nodes A,B" in msg
+    # flags consume no value: a glob after --explain ... --calibrate still fits both logs
+    ok = cli("collective", "--explain", "--nodes=8", "--sizes", "1G", "--calibrate", n2, n4)
+    assert ok.returncode == 0 and "from 2 logs" in ok.stderr, ok.stderr

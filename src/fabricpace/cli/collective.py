@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from typer.core import TyperCommand
 
 from fabricpace._errors import InputError
 from fabricpace.cli._common import (
@@ -33,11 +34,45 @@ _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "al
 _DEFAULT_NODES = (2, 4, 8, 16, 32)
 
 
+class _KeepsRawArgs(TyperCommand):
+    """A command that keeps its raw arguments in ``ctx.meta``: click hands the extra arguments over without
+    the option they followed, and `--compare a.log b.log` must not fit b.log."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["raw_args"] = list(args)
+        out: list[str] = super().parse_args(ctx, args)
+        return out
+
+
+_MULTI = {"--calibrate": "calibrate", "--compare": "compare"}  # options whose shell globs give extras
+
+
+def _extras_by_option(ctx: Any) -> dict[str, list[str]]:
+    """The extra arguments, each under the option it followed (``""``: before any option). An option
+    taking one value consumes the token after it; a flag consumes none; the rest are extras."""
+    flags = {o for p in ctx.command.params if getattr(p, "is_flag", False) for o in p.opts}
+    extras = list(ctx.args)
+    out: dict[str, list[str]] = {}
+    last, i, raw = "", 0, ctx.meta.get("raw_args", [])
+    while i < len(raw) and extras:
+        tok = raw[i]
+        if tok.startswith("--") and len(tok) > 2:
+            last = tok.split("=", 1)[0]
+            i += 1 if ("=" in tok or last in flags) else 2
+            continue
+        if tok == extras[0]:
+            out.setdefault(last, []).append(extras.pop(0))
+        i += 1
+    if extras:  # not placed (cannot happen with click's parser); keep them visible rather than lose them
+        out.setdefault("", []).extend(extras)
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
-    # Extra arguments are the rest of a shell glob after --calibrate (`--calibrate logs/*.log`).
-    @app.command(context_settings={"allow_extra_args": True})
+    # Extra arguments are the rest of a shell glob after --calibrate or --compare (`--calibrate logs/*.log`).
+    @app.command(cls=_KeepsRawArgs, context_settings={"allow_extra_args": True})
     def collective(
         ctx: typer.Context,
         cluster: str = typer.Option("dgx-h100-ib", "--cluster", help="preset name or cluster YAML file"),
@@ -100,20 +135,29 @@ def register(app: typer.Typer) -> None:
             check_writable(plot, option="--plot", creates_folders=False, example="busbw.html")
             plot = check_new_file(plot, "busbw.html")
         if save_calibration is not None:
-            if not calibrate and not ctx.args:
+            if not calibrate and "--calibrate" not in _extras_by_option(ctx):
                 raise InputError("--save-calibration needs --calibrate LOG (the nccl-tests logs to fit)")
             if save_calibration.exists() or save_calibration.is_symlink():
                 raise InputError(f"--save-calibration {save_calibration}: exists; choose a new file name")
             check_writable(
                 save_calibration, option="--save-calibration", creates_folders=False, example="fit.yaml"
             )
-        if ctx.args:
-            if not calibrate:
+        for after, extra in _extras_by_option(ctx).items():
+            if after == "--calibrate":
+                calibrate = [*(calibrate or []), *extra]
+            elif after == "--compare":
+                compare = [*(compare or []), *extra]
+            elif after:
                 raise InputError(
-                    f"collective: unexpected argument(s) {' '.join(ctx.args)}; "
+                    f"collective: unexpected argument(s) {' '.join(extra)} after {after}, which takes one "
+                    f"value: comma-separate a list ({after} A,B); only --calibrate and --compare take "
+                    "several files"
+                )
+            else:
+                raise InputError(
+                    f"collective: unexpected argument(s) {' '.join(extra)}; "
                     "see 'fabricpace collective --help'"
                 )
-            calibrate = [*calibrate, *ctx.args]
         cl = load_cluster(cluster)
         if nodes is None:  # the default list, cut to what the cluster has (a 16-node file is valid)
             node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
@@ -133,11 +177,18 @@ def register(app: typer.Typer) -> None:
         size_list = parse_size_list(sizes, option="--sizes")
         if not size_list:
             raise InputError(f"--sizes {sizes!r}: expected sizes such as 32M,1G")
-        logs: list[str] = []
-        if calibrate:
+        logs = [p for item in calibrate or [] for p in item.split(",") if p.strip()]
+        held = [p for item in compare or [] for p in item.split(",") if p.strip()]
+        fitted = {Path(p).resolve(): p for p in logs}
+        both = [p for p in held if Path(p).resolve() in fitted]
+        if both:  # scored "without fitting to it" would be false: the fit has seen it
+            raise InputError(
+                f"--compare {both[0]}: also given to --calibrate, so the fit has seen it; hold it out of "
+                "--calibrate to score a prediction"
+            )
+        if logs:
             from fabricpace.fabric.calibrate import calibrate_cluster
 
-            logs = [p for item in calibrate for p in item.split(",") if p.strip()]
             fit = calibrate_cluster(cl, _with_op(logs, op), op=op)
             print(fit.summary(), file=sys.stderr)
             for note in fit.notes(cl):
@@ -213,7 +264,6 @@ def register(app: typer.Typer) -> None:
                         f"{r.latency_s * 1e6:.1f} us, bottleneck {r.bottleneck}"
                     )
                     explains.append(ex)
-        held = [p for item in compare or [] for p in item.split(",") if p.strip()]
         if held:
             print(_score(cl, op, held, gpus_per_node, algorithm, protocol, seed), file=sys.stderr)
         if plot is not None:
