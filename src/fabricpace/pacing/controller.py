@@ -9,7 +9,8 @@ Per window the controller
 1. judges a running trial (the guard) or maintains the kept policies (gc interval for memory, rebalance
    shares toward speed-proportional, comm window by AIMD with hysteresis), then
 2. when no trial runs, proposes the most severe candidate among the enabled policies whose trigger
-   fires: gc share of step time, a persistent straggler, transfer inflation with exposed communication.
+   fires: gc share of step time, a persistent straggler, transfer inflation with exposed communication
+   (each policy's candidate is built in ``triggers``).
 Every candidate goes through the guard's interleaved ON/OFF windows before it stays.
 """
 
@@ -26,17 +27,22 @@ import numpy as np
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries, merge_windows
 from fabricpace.pacing.guard import Guard, Verdict
-from fabricpace.pacing.moves import Candidate, Pending, fmt_shares, rebalance_target, unconfirmed
+from fabricpace.pacing.moves import Candidate, Pending, unconfirmed
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.pacing.stragglers import (
-    fmt_ranks,
     fmt_who,
     loads_a_straggler,
     recovered,
-    still_slow,
     straggler_gone,
     waits_on_straggler,
+)
+from fabricpace.pacing.triggers import (
+    FirstMove,
+    comm_candidate,
+    first_move_candidate,
+    further_move_candidate,
+    gc_candidate,
 )
 from fabricpace.run.window import WindowRows, WindowSummary
 
@@ -514,8 +520,7 @@ class Controller:
         # Triggers that fired in this window but are not yet persistent: they join a trial that starts
         # anyway (its control windows are paid already), instead of waiting behind it.
         waiting: list[Candidate] = []
-        # (slow group, its median excess, the share of collectives it arrived last in) of a first move
-        first_move: tuple[np.ndarray, float, float] | None = None
+        first_move: FirstMove | None = None  # the slow group of a first rebalance move
 
         def ready(policy: str) -> bool:
             return policy in self.policies and self._cooldown_until.get(policy, -1) <= w
@@ -529,112 +534,22 @@ class Controller:
             self._streak[key] = (w, n)
             return n >= c.trigger_windows
 
-        # GC measured across the fleet within the window (a good share of the ranks collected, or
-        # object churn: one or more collections per rank and step) and costing twice the trigger is
-        # tried at once; GC on a few ranks only, or near the trigger, must also fire in the next window
-        # (on a loaded host a single window near the trigger is often noise).
         if ready("gc") and k.gc_interval is None and fleet.gc_share >= c.gc_trigger_share:
-            clear = (
-                fleet.gc_share >= c.gc_clear_share
-                and (fleet.gc_ranks >= c.gc_fleet_share or fleet.gc_per_step >= 1.0)
-            ) or (
-                fleet.gc_share >= c.gc_heavy_share
-                and fleet.gc_ranks >= c.gc_wide_share
-                and fleet.gc_ranks * self.world_size >= 2  # more than one rank: not a one-off
-            )
-            ok = persistent("gc") or clear
-            interval = c.gc_interval_churn if fleet.gc_per_step >= 1.0 else c.gc_interval
-            (candidates if ok else waiting).append(
-                (
-                    fleet.gc_share,
-                    "gc",
-                    replace(k, gc_interval=interval),
-                    f"GC pauses cost {fleet.gc_share * 100:.1f}% of step time at unaligned steps "
-                    f"({fleet.gc_per_step:.2g} collections per rank and step): trying lockstep collection "
-                    f"every {interval} step{'s' if interval > 1 else ''}",
-                    -1,
-                )
-            )
+            cand, ok = gc_candidate(fleet, k, c, self.world_size, persistent)
+            (candidates if ok else waiting).append(cand)
         cps_ok = bool(np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0))
         if ready("rebalance") and k.shares is None and cps_ok:
-            excess = fleet.cps / float(np.median(fleet.cps)) - 1.0
-            # The slow group: clearly above the median and comparable to the slowest (a node of equally
-            # slow GPUs moves together; a rank that is only a little slow beside a very slow one waits).
-            slow = np.flatnonzero(excess >= max(c.straggler_compute_excess, 0.5 * float(excess.max())))
-            last = float(fleet.last_share[slow].sum()) if slow.size else 0.0
-            last_ok = (not fleet.has_arrivals) or last >= c.straggler_last_share
-            if slow.size and slow.size <= self.world_size // 2 and last_ok:
-                equal_now = np.full(self.world_size, 1.0 / self.world_size)
-                new, gain = rebalance_target(fleet, equal_now, c)
-                # The same slow group in consecutive windows: a persistent straggler; or one so clear
-                # within this window (slow in most of its steps, by far) that waiting only costs.
-                clear = (
-                    not self._stragglers_wander
-                    and float(excess[slow].min()) >= c.straggler_clear_excess
-                    and (not fleet.has_arrivals or last >= c.straggler_clear_last_share)
-                )
-                # Still slow at the end of the window? A straggler that recovered inside it is slow in
-                # the window's median but not in its last steps: moving samples now would run the move
-                # after the straggler is gone (the trigger still counts toward persistence).
-                fired = gain >= c.rebalance_min_gain and persistent(f"rebalance:{fmt_ranks(slow)}")
-                if gain >= c.rebalance_min_gain and still_slow(fleet, slow):
-                    ok = fired or clear
-                    if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
-                        # One window's evidence only: a smaller first move (what it costs if the
-                        # straggler is gone by the next window scales with it).
-                        part, part_gain = rebalance_target(fleet, equal_now, c, c.rebalance_clear_step)
-                        if part_gain >= c.rebalance_min_gain:
-                            new, gain = part, part_gain
-                    r = int(slow[np.argmax(excess[slow])])
-                    moved = 1.0 - new[r] * self.world_size
-                    who = fmt_who(slow)
-                    arr = f"last in {last * 100:.0f}% of collectives, " if fleet.has_arrivals else ""
-                    reason = (
-                        f"{who} {arr}compute {excess[r] * 100:.0f}% above median: "
-                        f"moving {moved * 100:.0f}% of rank {r}'s samples"
-                    )
-                    (candidates if ok else waiting).append(
-                        (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
-                    )
-                    held = last if fleet.has_arrivals else math.nan
-                    first_move = (slow, float(np.median(excess[slow])), held)
-        if ready("rebalance") and k.shares is not None and cps_ok:
-            # Further moves are candidates like the first one: each goes through the guard.
-            cur = np.asarray(k.shares, dtype=np.float64)
-            new, gain = rebalance_target(fleet, cur, c)
-            # Clear within one window: a large predicted saving, and the ranks that would give up
-            # samples are the ones the others wait for (e.g. a straggler recovered, and the ranks that
-            # took its samples now arrive last in nearly every collective).
-            losing = np.flatnonzero(new < cur - 1e-9)
-            last_losing = float(fleet.last_share[losing].sum()) if losing.size else 0.0
-            equal = 1.0 / self.world_size
-            back = float(np.abs(new - equal).sum()) < float(np.abs(cur - equal).sum())
-            clear = (
-                fleet.has_arrivals
-                and losing.size > 0
-                and last_losing >= c.straggler_last_share
-                and gain >= c.rebalance_clear_gain
-            ) or (
-                # Undoing part of our own move: the ranks holding extra samples arrive last in nearly
-                # every collective. Waiting a window for persistence would only run one more window
-                # with a move that no longer helps.
-                back and fleet.has_arrivals and last_losing >= c.straggler_clear_last_share
+            found = first_move_candidate(
+                fleet, k, c, self.world_size, persistent, wander=self._stragglers_wander
             )
-            if gain >= c.rebalance_min_gain:
-                ok = persistent("rebalance-adjust") or clear
-                r = int(np.argmax(fleet.cps))
-                if back:
-                    # e.g. the straggler recovered and the ranks that took its samples hold everyone up
-                    why = "ranks holding extra samples are now the slowest"
-                else:
-                    why = f"compute still uneven (rank {r} slowest per sample)"
-                reason = (
-                    f"{why}: trying shares {fmt_shares(new, self.world_size)}, "
-                    f"predicted {gain * 100:.1f}% shorter steps"
-                )
-                (candidates if ok else waiting).append(
-                    (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
-                )
+            if found is not None:
+                cand, ok, first_move = found
+                (candidates if ok else waiting).append(cand)
+        if ready("rebalance") and k.shares is not None and cps_ok:
+            further = further_move_candidate(fleet, k, c, self.world_size, persistent)
+            if further is not None:
+                cand, ok = further
+                (candidates if ok else waiting).append(cand)
         if (
             ready("comm")
             and k.comm_window is None
@@ -642,20 +557,10 @@ class Controller:
             and math.isfinite(self._quiet_transfer)
             and self._quiet_transfer > 0
             and fleet.wait_share >= c.comm_trigger_share
+            and self._inflated_now
+            and self._inflated_prev
         ):
-            infl = self._transfer_now / self._quiet_transfer
-            if self._inflated_now and self._inflated_prev:
-                candidates.append(
-                    (
-                        fleet.wait_share * (1 - 1 / infl),
-                        "comm",
-                        replace(k, comm_window=c.comm_window_init),
-                        f"transfer (per unit of compute) {infl:.2f}x its quiet level for two windows with "
-                        f"{fleet.wait_share * 100:.0f}% of step time exposed: limiting in-flight buckets "
-                        f"to {c.comm_window_init}",
-                        -1,
-                    )
-                )
+            candidates.append(comm_candidate(fleet, k, c, self._transfer_now / self._quiet_transfer))
         if "placement" in self.policies and self.leaves is not None and not self._placement_done:
             self._placement_done = True
             plan = plan_placement(self.leaves)
