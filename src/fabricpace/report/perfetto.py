@@ -2,7 +2,10 @@
 
 One process per rank (named with its node and host when known); thread 1 holds the steps, thread 2
 the collectives (enter → exit, with the skew wait and the transfer in args), thread 3 the ops when
-asked for (and only then named). A collective whose completion the observer did not see (DDP's
+asked for (and only then named). Every column of a row that the slice itself does not already show
+(rank = pid, name, start, duration) goes into its args, writers' own columns included (the observer's
+``gc_count``, an nccl-tests import's ``algbw_gbps``, ``busbw_gbps``, ``inplace_time_us``): writers may
+add columns freely, and a fixed list of them dropped those without a word. A collective whose completion the observer did not see (DDP's
 hook-free mode records every bucket but the backward's last as an arrival marker, ``t_exit = t_enter``)
 is an instant event at its arrival with ``completion: "not observed"``, and its instance's transfer is
 null, not 0: a slice of zero length cannot be seen, and "transfer 0" would be a claim. Times are µs
@@ -56,11 +59,17 @@ def _events(frame: pl.DataFrame, cat: str, name: pl.Expr, tid: int, ts_ns: str, 
     )
 
 
+def _rest(frame: pl.DataFrame, shown: tuple[str, ...]) -> list[pl.Expr]:
+    """Every column of ``frame`` but those the event shows itself, in the table's order (the reader's
+    own bookkeeping columns, named with a leading underscore, left out)."""
+    return [pl.col(c) for c in frame.columns if c not in shown and not c.startswith("_")]
+
+
 def _step_events(steps: pl.DataFrame) -> pl.DataFrame:
-    extra = [c for c in ("compute_ns", "wait_ns", "comm_ns", "data_ns", "gc_ns", "paced_ns", "samples")
-             if c in steps.columns]
+    # The step first, then the components in the table's order, then any writer's own (gc_count, noise_ns).
+    args = [pl.col("step"), *_rest(steps, ("rank", "step", "t_start_ns", "t_end_ns"))]
     return _events(steps, "step", pl.format("step {}", pl.col("step")), STEP_TID, "t_start_ns",
-                   pl.col("t_end_ns") - pl.col("t_start_ns"), [pl.col("step"), *map(pl.col, extra)])
+                   pl.col("t_end_ns") - pl.col("t_start_ns"), args)
 
 
 def _collective_events(coll: pl.DataFrame) -> list[pl.DataFrame]:
@@ -70,8 +79,10 @@ def _collective_events(coll: pl.DataFrame) -> list[pl.DataFrame]:
     stay = pl.col("t_exit_ns") - pl.col("t_enter_ns")
     seen = (stay.min().over(inst) > 0).fill_null(False)  # every row of the instance saw its completion
     transfer = pl.when(seen).then((pl.col("t_exit_ns").min().over(inst) - last).clip(lower_bound=0))
+    own = ("rank", "op", "group", "seq", "step", "bytes", "t_enter_ns", "t_exit_ns")
     args = [pl.col("group").cast(pl.String), pl.col("seq"), pl.col("step"), pl.col("bytes"),
-            (last - pl.col("t_enter_ns")).alias("skew_wait_ns"), transfer.alias("transfer_ns")]
+            (last - pl.col("t_enter_ns")).alias("skew_wait_ns"), transfer.alias("transfer_ns"),
+            *_rest(coll, (*own, "skew_wait_ns", "transfer_ns"))]
     marker = (stay == 0).fill_null(False)
     c = coll.with_columns(marker.alias("_marker"))
     slices = _events(
@@ -91,7 +102,8 @@ def _collective_events(coll: pl.DataFrame) -> list[pl.DataFrame]:
 
 
 def _op_events(ops: pl.DataFrame) -> pl.DataFrame:
-    return _events(ops, "op", pl.col("op"), OPS_TID, "t_start_ns", pl.col("dur_ns"), [pl.col("step")])
+    return _events(ops, "op", pl.col("op"), OPS_TID, "t_start_ns", pl.col("dur_ns"),
+                   [pl.col("step"), *_rest(ops, ("rank", "step", "op", "t_start_ns", "dur_ns"))])
 
 
 def _write_events(fh: BinaryIO, events: Iterable[dict[str, Any]] | pl.DataFrame, first: bool) -> bool:
