@@ -1,16 +1,16 @@
 """Export a run directory as a Chrome trace JSON for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-One process per rank (named with its node and host when known); thread 1 holds the steps, thread 2
-the collectives (enter → exit, with the skew wait and the transfer in args), thread 3 the ops when
-asked for (and only then named). Every column of a row that the slice itself does not already show
-(rank = pid, name, start, duration) goes into its args, writers' own columns included (the observer's
-``gc_count``, an nccl-tests import's ``algbw_gbps``, ``busbw_gbps``, ``inplace_time_us``): writers may
-add columns freely, and a fixed list of them dropped those without a word. A collective whose completion the observer did not see (DDP's
-hook-free mode records every bucket but the backward's last as an arrival marker, ``t_exit = t_enter``)
-is an instant event at its arrival with ``completion: "not observed"``, and its instance's transfer is
-null, not 0: a slice of zero length cannot be seen, and "transfer 0" would be a claim. Times are µs
-on the run's aligned timeline. Events are streamed to a temporary file and renamed into place, so a
-large run never sits in memory as one JSON document.
+One process per rank (named with its node and host when known); thread 1 holds the steps, thread 2 the
+collectives (enter → exit, with the skew wait and the transfer in args), thread 3 the ops when asked for
+(and only then named). Every column of a row that the slice itself does not already show (rank = pid,
+name, start, duration) goes into its args, writers' own columns included (the observer's ``gc_count``,
+an nccl-tests import's ``algbw_gbps``, ``busbw_gbps``, ``inplace_time_us``): writers may add columns
+freely, and a fixed list of them dropped those without a word. A collective whose completion the
+observer did not see (DDP's hook-free mode records every bucket but the backward's last as an arrival
+marker, ``t_exit = t_enter``) is an instant event at its arrival with ``completion: "not observed"``,
+and its instance's transfer is null, not 0: a slice of zero length cannot be seen, and "transfer 0"
+would be a claim. Times are µs on the run's aligned timeline. Events are streamed to a temporary file
+and renamed into place, so a large run never sits in memory as one JSON document.
 """
 
 from __future__ import annotations
