@@ -560,8 +560,12 @@ def collective_time(
     t = float(_times(plan, nbytes, np.array([up]))[0])
     ranks = nodes * g
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    if up > plan.fixed_time:  # the draw hashed several connections onto one spine path: that link
-        name, nflows = f"{fab.topo.link_name(up_link)} (ECMP collision)", up_flows
+    if up > plan.fixed_time:  # a spine path is the narrowest link of this draw
+        # a collision only when hashing had a choice (several spines) and put several flows on this path;
+        # one spine, or one flow, is simply the narrowest link (an oversubscribed uplink)
+        collided = fab.topo.spines > 1 and up_flows > 1
+        name = fab.topo.link_name(up_link) + (" (ECMP collision)" if collided else "")
+        nflows = up_flows
     elif plan.fixed_link < 0:
         name, nflows = "NVSwitch (NVLS)", 0
     else:

@@ -102,12 +102,25 @@ def explain_collective(
                 "per_flow_gbps": float(each.min() * 8 / 1e9),
             }
         )
-        kind = "ECMP collision" if "spine" in topo.link_name(lk) and count[lk] > 1 else "shared port"
+        if count[lk] == 1:  # nothing shares it: the narrowest link on that flow's path
+            name = topo.link_name(lk)
+            lines.append(f"  bottleneck {name}: 1 flow alone at {_rate(gbps)} -- the narrowest link")
+            continue
+        # a collision needs a hashing choice (several spines) that put several flows on one path
+        collided = "spine" in topo.link_name(lk) and topo.spines > 1
         lines.append(
-            f"  bottleneck {topo.link_name(lk)}: {count[lk]} flows share {gbps:.0f} Gb/s, each at "
-            f"{each.min() * 8 / 1e9:.0f} Gb/s (1/{count[lk]} of it) -- {kind}"
+            f"  bottleneck {topo.link_name(lk)}: {count[lk]} flows share {_rate(gbps)}, each at "
+            f"{_rate(float(each.min()) * 8 / 1e9)} (1/{count[lk]} of it) -- "
+            f"{'ECMP collision' if collided else 'shared port'}"
         )
     return {"links": links, "network_time_us": slow * 1e6, "text": "\n".join(lines)}
+
+
+def _rate(gbps: float) -> str:
+    """A link rate for people: '400 Gb/s', '37.6 Gb/s', '18.8 Mb/s' (lab links run at Mbit/s, which a
+    whole number of Gb/s printed as '0 Gb/s')."""
+    v, unit = (gbps, "Gb/s") if gbps >= 1 else (gbps * 1e3, "Mb/s") if gbps >= 1e-3 else (gbps * 1e6, "kb/s")
+    return f"{v:.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
 
 
 def _link_index(topo: Topology, name: str | None) -> int | None:
@@ -147,7 +160,7 @@ def _explain_p2p(
         )  # fmt: skip
         kind = "spine path" if "spine" in topo.link_name(lk) else "NIC port"
         lines.append(
-            f"  bottleneck {topo.link_name(lk)}: {flows} connections share {gbps:.0f} Gb/s and carry "
+            f"  bottleneck {topo.link_name(lk)}: {flows} connections share {_rate(gbps)} and carry "
             f"{pat.fixed[lk]:.3g} x S ({pat.fixed[lk] * nbytes / 2**20:.0f} MiB) -- {kind}"
         )
     return {"links": links, "network_time_us": worst * nbytes * 1e6, "text": "\n".join(lines)}
