@@ -250,6 +250,7 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
     progress_file = scratch_dir(out) / "progress"
     t_start = time.monotonic()
     t_first_step: float | None = None
+    done = 0  # rank 0's steps so far (its progress file: every 10 steps, and `steps` once it is through)
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"lab run {sc.name}", total=steps)
         while True:
@@ -283,10 +284,43 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
             started = t_first_step is not None and time.monotonic() - t_first_step >= 0
             if change is not None and started and time.monotonic() - (t_first_step or 0) >= change.after_s:
                 assert cfg is not None
-                fabric.set_uplink_rate(cfg, parse_rate(change.rate))
-                run.events.append({"event": "uplink_change", "unix_s": time.time(), "rate": change.rate})
+                # When it lands, relative to the steps: a change due once rank 0 is through its steps
+                # is not made (it came 0.5 s before the ranks were done, every transfer had run at the
+                # old rate, and the report said "applied"); the others carry the clock reading that
+                # _annotate turns into the steps that ran under them.
+                event = {"event": "uplink_change", "unix_s": time.time(), "rate": change.rate,
+                         "progress_step": done, "steps": steps, "applied": done < steps}
+                if done < steps:
+                    fabric.set_uplink_rate(cfg, parse_rate(change.rate))
+                    event["monotonic_ns"] = time.perf_counter_ns()  # the observer's clock (t0.json)
+                run.events.append(event)
                 change = None
             time.sleep(0.2)
+
+
+def _place_changes(out: Path, events: list[dict[str, Any]], t0: int | None) -> None:
+    """Put each applied uplink change on the run's steps: ``t_ns`` on the aligned timeline, the first
+    step that ended after it (``first_step``: it ran at least partly under the new rate; None when no
+    step did) and the run's ``last_step``. The report says which steps a change covered from these."""
+    import polars as pl
+
+    from fabricpace.run import load_run
+
+    changes = [e for e in events if e.get("event") == "uplink_change" and "monotonic_ns" in e]
+    if not changes or t0 is None:
+        return
+    try:
+        steps = load_run(out, tables=("steps",), all_steps=True).steps
+    except Exception:  # an unreadable run directory: the change keeps its clock reading only
+        return
+    if steps.height == 0:
+        return
+    last = int(steps["step"].max())  # type: ignore[arg-type]
+    for e in changes:
+        t = int(e["monotonic_ns"]) - t0
+        after = steps.filter(pl.col("t_end_ns") > t)["step"]
+        e.update(t_ns=t, first_step=int(after.min()) if after.len() else None,  # type: ignore[arg-type]
+                 last_step=last)
 
 
 def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: list[int],
@@ -315,6 +349,7 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
         foreign = json.loads((scratch / "foreign.json").read_text())
     with contextlib.suppress(OSError, json.JSONDecodeError, TypeError, ValueError):
         t0 = int(json.loads((scratch / "t0.json").read_text())["t0_monotonic_ns"])
+    _place_changes(out, run.events, t0)
     periods = foreign.get("on_periods_monotonic_ns", [])
     # Foreign-flow bursts on the run's aligned timeline (ns since the observer's t0).
     aligned = [[a - t0, b - t0] for a, b in periods] if t0 is not None else []

@@ -129,13 +129,91 @@ def scenario_faults(
         ))
     uc = faults.get("uplink_change")
     if isinstance(uc, Mapping):
-        changed = any(isinstance(e, Mapping) and e.get("event") == "uplink_change" for e in events or [])
+        done = [e for e in events or [] if isinstance(e, Mapping) and e.get("event") == "uplink_change"]
+        applied = _fabric_applied(backend, events, bool(done),
+                                  late="not applied: the run ended before it was due")
+        if done and applied == "applied":
+            applied = _change_applied(done[0])
         out.append(Fault(
             "every uplink",
             f"rate changed to {uc.get('rate')} after {_num(uc.get('after_s'))} s",
-            _fabric_applied(backend, events, changed, late="not applied: the run ended before it was due"),
+            applied,
         ))
     return out
+
+
+def _change_applied(e: Mapping[str, Any]) -> str:
+    """How a recorded uplink change met the run's steps. A change that landed after the last step had
+    every transfer at the old rate: "applied" there contradicted the diagnosis (healthy, rightly)."""
+    last = e.get("last_step")
+    if last is None and isinstance(e.get("steps"), int):
+        last = int(e["steps"]) - 1  # steps 0..steps-1
+    if e.get("applied") is False:  # due once rank 0 was through its steps: the launcher did not make it
+        return (f"scheduled at step {e.get('progress_step', '?')}, after the run's last step {last}: "
+                "not applied")
+    if "first_step" not in e:  # lab.json of an older fabricpace: the clock reading only
+        return "applied (the step it landed at is not recorded)"
+    first = e.get("first_step")
+    if first is None:
+        return (f"changed after the run's last step {last} had ended: no step ran under it (every "
+                "transfer at the old rate)")
+    return f"applied during step {first}: steps {first}–{last} ran under it"
+
+
+def ring_crossings(rank_leaf: Sequence[int]) -> tuple[int, int]:
+    """Ring edges (rank i -> i+1, the last back to the first) whose ends sit on different leaves, and
+    the fewest any order of the same ranks can have (one per leaf used, none on a single leaf)."""
+    n = len(rank_leaf)
+    cross = sum(rank_leaf[i] != rank_leaf[(i + 1) % n] for i in range(n)) if n > 1 else 0
+    used = len(set(rank_leaf))
+    return cross, used if used > 1 else 0
+
+
+def placement_fault(placement: Any, lab: Mapping[str, Any] | None, *,
+                    backend: str) -> tuple[Fault | None, list[str]]:
+    """The run's rank order as the scenario gave it (``manifest.extra.placement``, ``lab.json``'s
+    ``topology``): a fault when it is not the packed one (``interleaved``, or a hostfile or order whose
+    ring crosses leaves more often than it must), else a note; and a note with the lab's fabric.
+
+    A placement is half of what the congested-uplink scenario injects (every ring hop across the
+    spine); the report called an interleaved run "a healthy baseline" next to its own topology
+    finding."""
+    topo = (lab or {}).get("topology") or {}
+    rank_node = [int(n) for n in topo.get("rank_node") or []]
+    node_leaf = [int(v) for v in topo.get("node_leaf") or []]
+    label = ",".join(map(str, placement)) if isinstance(placement, list) else str(placement or "")
+    if not label and not rank_node:
+        return None, []
+    notes: list[str] = []
+    fab = topo.get("fabric") or {}
+    if fab:
+        nodes, leaves = count_of(fab.get("nodes"), "node"), count_of(fab.get("leaves"), "leaf")
+        notes.append(f"fabric: {nodes} on {leaves}, uplinks {fab.get('uplink')}, node links "
+                     f"{fab.get('node_link')} (shaped with tc)")
+    packed = rank_node == list(range(len(rank_node)))
+    order = ", rank -> node " + ",".join(map(str, rank_node)) if rank_node and not packed else ""
+    cross = ""
+    extra_crossings = False
+    if rank_node and node_leaf and max(rank_node) < len(node_leaf):
+        got, least = ring_crossings([node_leaf[n] for n in rank_node])
+        cross = f"; the ring crosses leaves {got}× per all-reduce (at least {least} with these nodes)"
+        extra_crossings = got > least
+    what = f"placement {label or 'as recorded'}{order}{cross}"
+    if packed and not extra_crossings and label in ("", "contiguous"):
+        if backend == "local":  # one nominal node per rank on loopback: nothing to say
+            return None, notes
+        notes.insert(0, f"{what} (ring neighbours share a leaf where they can: no placement fault)")
+        return None, notes
+    if backend == "local":
+        applied = "not applied: the local backend has no fabric (loopback)"
+    else:
+        applied = "at launch (each rank started on its node)" if rank_node else ""
+    return Fault("rank order", what, applied), notes
+
+
+def count_of(n: Any, noun: str) -> str:
+    plural = "leaves" if noun == "leaf" else f"{noun}s"
+    return f"{n} {noun if n == 1 else plural}"
 
 
 def _fabric_applied(backend: str, events: list[Any] | None, seen: bool,
@@ -246,6 +324,9 @@ def _from_manifest(source: str, extra: Mapping[str, Any] | None, run_dir: Path) 
         faults = scenario_faults(extra["faults"], backend=source, lab=lab)
         notes = [] if lab is not None else ["lab/lab.json is missing or unreadable: what was applied, and "
                                             "how, is not recorded; the faults are the scenario's"]
+        placed, fabric_notes = placement_fault(extra.get("placement"), lab, backend=source)
+        faults = ([placed] if placed is not None else []) + faults
+        notes += fabric_notes
         return Injected(source, str(extra.get("scenario") or "?"), faults, str(extra.get("expect") or ""),
                         notes)
     if source == "sim" and isinstance(extra.get("noise"), Mapping):
