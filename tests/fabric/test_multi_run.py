@@ -78,8 +78,11 @@ def test_cli_calibrates_on_the_real_file_as_on_its_two_halves(cli, tmp_path):
     """Through the real entry point: exit 0, one note naming the runs, the all_gather run left out the way
     a separate all_gather file is, the same fit and predictions as the hand-split files; --compare on a
     file of several runs compares the runs of the predicted collective."""
+    held = tmp_path / "held" / REAL.name  # a copy: a file given to both options is refused (audit 17 A2 #1)
+    held.parent.mkdir()
+    held.write_bytes(REAL.read_bytes())
     r = cli(
-        "collective", "--calibrate", str(REAL), "--compare", str(REAL), "--nodes", "10", "--sizes", "1G",
+        "collective", "--calibrate", str(REAL), "--compare", str(held), "--nodes", "10", "--sizes", "1G",
         "--format", "json",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
