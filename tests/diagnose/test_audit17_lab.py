@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from fabricpace.cli.app import app
 from fabricpace.diagnose import diagnose
 
 DATA = Path(__file__).parent / "data"
+SWEEP_LEFT_OUT = "nccl-tests size sweep: one step per message size, not a training run"
 CLUSTERS = DATA / "clusters"
 
 
@@ -48,3 +52,26 @@ def test_a_real_data_stall_is_still_an_input_stall(synth) -> None:
     d = diagnose(run)
     f = next(f for f in d.findings if f.mode == "input_stall")
     assert f.culprits.ranks == [3]
+
+
+# Finding 5 (another engineer): nccl-tests size sweeps are not training runs for the scaling analysis.
+
+
+def test_size_sweeps_are_left_out_of_scaling(tmp_path, synth) -> None:
+    logs = Path(__file__).parents[1] / "fabric" / "data"
+    sweeps = [tmp_path / f"n{n}" for n in (2, 4)]
+    for n, out in zip((2, 4), sweeps, strict=True):
+        log = logs / f"h100ib_n{n}_all_reduce.log"
+        res = CliRunner().invoke(app, ["import", "nccl-tests", str(log), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+    # Before: scaling rows with a mean step over the sizes and efficiency_at_largest 0.67.
+    d = diagnose(sweeps)
+    assert d.scaling is None
+    why = next(a.reason for a in d.abstained if a.mode == "scaling")
+    assert why.count(SWEEP_LEFT_OUT) == 2
+    # beside training runs of two sizes, the sweeps are left out with their reason and the rows stay
+    train = [synth(f"a17_scale_{n}", ranks=n, steps=60) for n in (4, 8)]
+    d = diagnose([*sweeps, *train])
+    assert d.scaling is not None
+    assert [r["world_size"] for r in d.scaling["rows"]] == [4, 8]
+    assert d.scaling["left_out"] == {str(p): SWEEP_LEFT_OUT for p in sweeps}

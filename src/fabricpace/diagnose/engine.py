@@ -118,7 +118,7 @@ def _note_left_out(
             f.evidence["left_out_of_loss"] = out["note"]
 
 
-_SWEEP_SOURCES = ("import:nccl-tests",)  # one step per message size: a description of the fabric
+_SWEEP_SOURCES = scaling.SWEEP_SOURCES  # one step per message size: a description of the fabric
 
 
 def _bytes(n: int) -> str:

@@ -77,6 +77,12 @@ def _row(m: RunMetrics) -> dict[str, Any]:
     }
 
 
+# Sources whose "steps" are the message sizes of a size sweep (the engine notes them per run, and the
+# report keeps them out of its step-time curve: report/data.py SIZE_SWEEP_SOURCES).
+SWEEP_SOURCES = ("import:nccl-tests",)
+SWEEP_LEFT_OUT = "nccl-tests size sweep: one step per message size, not a training run"
+
+
 def analyse(
     metrics: list[RunMetrics], left_out: dict[str, str] | None = None
 ) -> tuple[dict[str, Any] | None, str | None]:
@@ -86,8 +92,15 @@ def analyse(
     No dominant loss unless a component grew from the smallest to the largest run, and no efficiency
     across runs of different workloads or throughput units (samples/s against rank-steps/s): an
     imported 2-rank trace and a 16-rank simulated run read "efficiency 1405%, dominant loss: data
-    loading" with every component shrinking (audit)."""
-    left_out = left_out or {}
+    loading" with every component shrinking (audit).
+
+    nccl-tests size sweeps are left out with ``SWEEP_LEFT_OUT``: their mean "step" is the mean over
+    message sizes, and two 12-size all-reduce sweeps (2 and 4 nodes) read "efficiency at the largest
+    size 67%" as if a training job had slowed down."""
+    left_out = dict(left_out or {})
+    for m in metrics:
+        if m.run.manifest.source in SWEEP_SOURCES:
+            left_out.setdefault(m.path, SWEEP_LEFT_OUT)
     usable = [m for m in metrics if m.n_steps > 0 and m.n_ranks > 0 and m.path not in left_out]
     sizes = {m.n_ranks for m in usable}
     skipped = [f"{Path(p).name} left out of the scaling analysis: {why}" for p, why in left_out.items()]
@@ -151,6 +164,7 @@ def analyse(
             }.get(dominant or ""),
             "skew_vs_iid_model_at_largest": ratio,
             "notes": notes,
+            "left_out": left_out,  # path -> why that run is not a row
         },
         None,
     )
