@@ -17,8 +17,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from fabricpace import sim
 from fabricpace.cli.app import app
 from fabricpace.diagnose import diagnose
+from fabricpace.study import load_scenario
 
 DATA = Path(__file__).parent / "data"
 SWEEP_LEFT_OUT = "nccl-tests size sweep: one step per message size, not a training run"
@@ -52,6 +54,42 @@ def test_a_real_data_stall_is_still_an_input_stall(synth) -> None:
     d = diagnose(run)
     f = next(f for f in d.findings if f.mode == "input_stall")
     assert f.culprits.ranks == [3]
+
+
+# Finding 3: the fabric model prices the run's own rank order.
+
+
+def test_congested_uplink_keeps_its_foreign_traffic_periods_with_the_cluster_file() -> None:
+    # Before: "everywhere, against the fabric model; steps 5–49 (+75.42 ms/step)" — the model priced the
+    # packed ring (25.9 ms), so this interleaved run's quiet transfers (47.6 ms) read ×1.85 every step.
+    # The foreign streams were on during steps 16–19, 31–36 and 48–49 (lab.json).
+    for cluster in (None, CLUSTERS / "lab-200m.yaml"):
+        d = diagnose(_run("congested"), cluster=cluster)
+        f = next(f for f in d.findings if f.mode == "topology_contention")
+        assert "periods" in f.evidence["concentrated"], f.evidence["concentrated"]
+        assert "everywhere" not in f.evidence["concentrated"]
+        spans = {(p["first_step"], p["last_step"]) for p in f.evidence["periods"]}
+        assert (16, 20) in spans and (31, 38) in spans
+        assert f.evidence["ring_leaf_crossings"]["crossings"] == 4
+
+
+def _sim_interleaved(tmp_path: Path, noise: str) -> tuple[Path, object]:
+    sc = load_scenario("paper")
+    (tmp_path / "noise.yaml").write_text(noise)
+    run = sim.simulate(
+        sc.cluster, sc.workload, tmp_path / "noise.yaml", nodes=8, steps=120, seed=1,
+        out_dir=tmp_path / "run", node_order=[0, 4, 1, 5, 2, 6, 3, 7],
+    )
+    return run, sc.cluster
+
+
+def test_an_interleaved_sim_run_is_judged_against_its_own_order(tmp_path) -> None:
+    # The simulator's interleaved twin with no fault: the fabric delivers what the model prices for that
+    # order, so nothing is "inflated" (before: every transfer read against the packed ring's time).
+    run, cluster = _sim_interleaved(tmp_path, "jitter: {cv: 0.01}\n")
+    d = diagnose(run, cluster=cluster)
+    assert "topology_contention" not in _modes(d)
+    assert d.runs[0].metrics["transfer_inflation_median"] < 1.2
 
 
 # Finding 5 (another engineer): nccl-tests size sweeps are not training runs for the scaling analysis.
