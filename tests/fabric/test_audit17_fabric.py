@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from fabricpace._errors import ParseError
+
 # ---- A4 finding 5: a lone flow on a single spine is no ECMP collision; sub-Gbit rates are printed ------
 # the fabric lab's 4-node mirror (a4-): 1 Gbit node links, one spine, 20 Mbit uplinks (oversubscription 100)
 _LAB_20M = """\
@@ -54,3 +58,74 @@ def test_several_flows_on_one_of_several_spines_stay_an_ecmp_collision(cli):
     assert row["bottleneck"].endswith(" (ECMP collision)") and row["bottleneck_flows"] > 1
     assert "-- ECMP collision" in row["explain"]["text"]
     assert " Gb/s" in row["explain"]["text"]
+
+
+# ---- A2 finding 2: an abridged rank list whose ranks all print device 0 ---------------------------------
+DATA = Path(__file__).parent / "data"
+# 4 nodes x 4 GH200, every rank "device  0" (per-rank CUDA_VISIBLE_DEVICES)
+ALPS = DATA / "alps_n4_all_reduce.out"
+
+
+def _abridged(tmp_path: Path, name: str, drop: range = range(4, 12)) -> Path:
+    """The real Alps log with the rank lines of ``drop`` replaced by one '#  ...' line, as a pasted log is."""
+    out, marked = [], False
+    for line in ALPS.read_text().splitlines(keepends=True):
+        if any(f"#  Rank {r:2d} " in line for r in drop):
+            if not marked:
+                out.append(" 0: #  ...\n")
+                marked = True
+            continue
+        out.append(line)
+    path = tmp_path / name
+    path.write_text("".join(out))
+    return path
+
+
+def test_complete_alps_list_counts_its_hosts():
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    log = parse_log(ALPS)
+    assert (log.nranks, log.nodes, log.gpus_per_node, log.assumed) == (16, 4, 4, None)
+
+
+def test_abridged_device0_list_is_refused_when_nothing_tells_gpus_per_node(tmp_path):
+    """Read as 16 nodes of 1 GPU before (GPUs per node = highest device index + 1 = 1)."""
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    with pytest.raises(ParseError) as exc:
+        parse_log(_abridged(tmp_path, "job-16.out"))
+    msg = str(exc.value)
+    assert "device indices are all 0" in msg and "4 or 8 GPUs per node fit" in msg, msg
+    assert "--gpus-per-node" in msg and "n4_all_reduce.log" in msg and "\n" not in msg
+
+
+def test_abridged_device0_list_takes_gpus_per_node_from_the_name_or_the_hint(tmp_path):
+    from fabricpace.fabric.nccl_tests import parse_log
+    from fabricpace.fabric.nccl_tests_layout import LayoutHint
+
+    by_name = parse_log(_abridged(tmp_path, "alps_n4_all_reduce.out"))
+    assert (by_name.nodes, by_name.gpus_per_node) == (4, 4)
+    assert "from the file name's 4 nodes" in by_name.notes()[0]
+    by_hint = parse_log(_abridged(tmp_path, "job-16.out"), hint=LayoutHint(gpus_per_node=4, source="--x"))
+    assert (by_hint.nodes, by_hint.gpus_per_node) == (4, 4)
+    assert "4 GPUs per node from --x, so 4 nodes" in by_hint.notes()[0]
+    # a hint that the listed hosts rule out (16 per node: two hosts would share one node) is not taken
+    with pytest.raises(ParseError, match="16 from --x does not fit"):
+        parse_log(_abridged(tmp_path, "job-16.out"), hint=LayoutHint(gpus_per_node=16, source="--x"))
+
+
+def test_abridged_device0_list_with_a_whole_host_in_view_needs_no_hint(tmp_path):
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    # ranks 0-3 on one host, 4-7 on the next: only 4 per node fits
+    log = parse_log(_abridged(tmp_path, "job-16.out", drop=range(8, 12)))
+    assert (log.nodes, log.gpus_per_node, log.assumed) == (4, 4, None)
+
+
+def test_collective_compare_reads_an_abridged_device0_log_with_gpus_per_node(cli, tmp_path):
+    path = _abridged(tmp_path, "job-16.out")
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--nodes", "4", "--sizes", "1G",
+            "--gpus-per-node", "4", "--compare", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "4 GPUs per node from --gpus-per-node, so 4 nodes" in r.stderr
+    assert "on 4 nodes)" in r.stderr and "on 16 nodes" not in r.stderr, r.stderr

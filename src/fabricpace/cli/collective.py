@@ -29,6 +29,7 @@ from fabricpace.cli._common import (
 
 if TYPE_CHECKING:
     from fabricpace.fabric.nccl_tests import NcclTestsLog
+    from fabricpace.fabric.nccl_tests_layout import LayoutHint
 
 _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "algbw_gbps", "busbw_gbps")
 _DEFAULT_NODES = (2, 4, 8, 16, 32)
@@ -159,6 +160,7 @@ def register(app: typer.Typer) -> None:
                     "see 'fabricpace collective --help'"
                 )
         cl = load_cluster(cluster)
+        hint = _layout_hint(cl, gpus_per_node, "--gpus-per-node")
         if nodes is None:  # the default list, cut to what the cluster has (a 16-node file is valid)
             node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
         else:
@@ -189,7 +191,7 @@ def register(app: typer.Typer) -> None:
         if logs:
             from fabricpace.fabric.calibrate import calibrate_cluster
 
-            fit = calibrate_cluster(cl, _with_op(logs, op), op=op)
+            fit = calibrate_cluster(cl, _with_op(logs, op, hint), op=op)
             print(fit.summary(), file=sys.stderr)
             for note in fit.notes(cl):
                 print(note, file=sys.stderr)
@@ -198,6 +200,7 @@ def register(app: typer.Typer) -> None:
                 # predict the configuration that was measured: a fit to 4 GPUs per node says little
                 # about 8 (the NVLink and rail terms change), and the user compares against such runs
                 gpus_per_node = measured[0]
+                hint = _layout_hint(cl, gpus_per_node, "the calibration logs")
                 print(
                     f"note: the calibration logs ran {gpus_per_node} GPUs per node and cluster {cl.name!r} "
                     f"has {cl.gpus_per_node}; predicting with {gpus_per_node} per node, as measured "
@@ -265,9 +268,11 @@ def register(app: typer.Typer) -> None:
                     )
                     explains.append(ex)
         if held:
-            print(_score(cl, op, held, gpus_per_node, algorithm, protocol, seed), file=sys.stderr)
+            print(_score(cl, op, held, gpus_per_node, algorithm, protocol, seed, hint), file=sys.stderr)
         if plot is not None:
-            _plot(plot, cl, op, node_list, size_list, logs, held, gpus_per_node, algorithm, protocol, seed)
+            _plot(
+                plot, cl, op, node_list, size_list, logs, held, gpus_per_node, algorithm, protocol, seed, hint
+            )
         if fmt == "json":
             out = [{k: d[k] for k in (*_KEYS, "latency_us", "bottleneck", "bottleneck_flows")} for d in rows]
             if explain:
@@ -323,17 +328,29 @@ def register(app: typer.Typer) -> None:
             console.print(e["text"])
 
 
-def _with_op(paths: list[str], op: str) -> list[NcclTestsLog]:
-    """The calibration logs, parsed; a log that does not name its collective (no '*_perf' command line,
-    and a file name without it, as in the README's ``n2.log``) is taken to be of ``op`` (--op, or its
-    default all_reduce), with a note on stderr, instead of being refused."""
+def _layout_hint(cl: Any, gpus_per_node: int | None, given_by: str) -> LayoutHint:
+    """GPUs per node for a log that cannot tell them (``nccl_tests_layout``): ``gpus_per_node`` (named
+    ``given_by`` in the note) when given, else the cluster file's."""
+    from fabricpace.fabric.nccl_tests_layout import LayoutHint
+
+    if gpus_per_node is not None:
+        return LayoutHint(gpus_per_node=gpus_per_node, source=given_by)
+    source = f"the cluster file ({cl.name!r}; give --gpus-per-node if the run used fewer)"
+    return LayoutHint(gpus_per_node=cl.gpus_per_node, source=source)
+
+
+def _with_op(paths: list[str], op: str, hint: LayoutHint) -> list[NcclTestsLog]:
+    """The calibration logs, parsed (``hint``: GPUs per node where a log cannot tell them); a log that
+    does not name its collective (no '*_perf' command line, and a file name without it, as in the README's
+    ``n2.log``) is taken to be of ``op`` (--op, or its default all_reduce), with a note on stderr, instead
+    of being refused."""
     from dataclasses import replace
 
     from fabricpace.fabric.nccl_tests_runs import parse_logs
 
     out: list[NcclTestsLog] = []
     for p in paths:
-        for log in parse_logs(p):
+        for log in parse_logs(p, hint=hint):
             if log.op is None:
                 print(
                     f"note: {log.name}: the log does not name its collective (no '*_perf' line, and the "
@@ -379,7 +396,7 @@ def _predict(
 
 def _score(
     cl: Any, op: str, paths: list[str], gpus_per_node: int | None, algorithm: str | None,
-    protocol: str | None, seed: int | None,
+    protocol: str | None, seed: int | None, hint: LayoutHint,
 ) -> str:
     """One paragraph: the model against measured rows it was not fitted to (32 MB-8 GB, out-of-place
     times, the sizes calibration uses), median and worst error and where the worst one is."""
@@ -391,7 +408,7 @@ def _score(
     notes: list[str] = []  # what reading the logs left out (a failed run's missing sizes, other sweeps)
     n_logs, several = 0, False
     for p in paths:
-        runs = parse_logs(p)
+        runs = parse_logs(p, hint=hint)
         notes += runs_notes(runs)
         several |= len(runs) > 1
         if len(runs) > 1 and any(lg.op == op for lg in runs):
@@ -456,6 +473,7 @@ def _plot(
     algorithm: str | None,
     protocol: str | None,
     seed: int | None,
+    hint: LayoutHint,
 ) -> None:
     """The model's busbw on every power of two between the smallest and largest size (the requested ones
     and the logs' rows), so the lines show the algorithm and protocol switches, plus the measured rows:
@@ -467,7 +485,7 @@ def _plot(
 
     measured: list[dict[str, Any]] = []
     for p, fitted in [*((p, True) for p in logs), *((p, False) for p in held)]:
-        for log in parse_logs(p):  # one per run of a file that holds several
+        for log in parse_logs(p, hint=hint):  # one per run of a file that holds several
             if log.op not in (None, op) or log.nodes is None:
                 continue
             measured += [

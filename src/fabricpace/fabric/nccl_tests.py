@@ -32,7 +32,9 @@ What is refused, with ``file:line`` and the fix: a row that starts like a result
 a second nccl-tests header before any result (an nccl-tests built without ``MPI=1``, where every process
 ran its own test; or a run of a sweep that failed before its first row: the line of its failure), ranks split
 into groups (``NCCL_TESTS_SPLIT_MASK``), ranks spread unevenly over the hosts, a rank list that stops inside
-a host (a pasted log cut short), an empty file, rccl-tests' ``-x/-Z`` output files (no host names, so no
+a host (a pasted log cut short), an abridged rank list whose device indices do not count GPUs per node
+(every rank prints ``device 0``) when neither the ranks listed, the file name nor the caller's hint tell
+them (``nccl_tests_layout``), an empty file, rccl-tests' ``-x/-Z`` output files (no host names, so no
 node count). Rows whose
 out-of-place time is not a positive finite number (``inf``, ``nan``, ``0.00``) are not measurements: they
 are dropped and counted in ``NcclTestsLog.dropped_rows``.
@@ -59,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from fabricpace._errors import ParseError
+from fabricpace.fabric.nccl_tests_layout import LayoutHint, abridged_per_node
 from fabricpace.fabric.nccl_tests_table import NcclTestsRow, RowLayout, parse_row, row_layout
 
 # how nccl-tests names its binaries -> our op names (all_to_all is our name for alltoall)
@@ -144,6 +147,8 @@ class NcclTestsLog:
     run: tuple[int, int, int] | None = None
     # the "# Out of bounds values : N FAILED" trailer's N (0 for "0 OK", None without the trailer)
     out_of_bounds: int | None = None
+    # how the node layout was assumed where the rank lines could not tell it (nccl_tests_layout), for a note
+    assumed: str | None = None
 
     @property
     def wrong_rows(self) -> tuple[NcclTestsRow, ...]:
@@ -169,6 +174,8 @@ class NcclTestsLog:
         """What a reader of this log should know before fitting to it: rows left out, and why."""
         # a note with a line number names the file's line (the same in a file of several runs)
         name, file, out = self.name, Path(self.path).name, []
+        if self.assumed:
+            out.append(f"note: {name}: {self.assumed}")
         if self.rows and self.other_sweeps:
             r = self.rows[0]
             out.append(
@@ -341,19 +348,24 @@ def _second_run(
     )
 
 
-def parse_log(path: str | Path, *, op: str | None = None, nodes: int | None = None) -> NcclTestsLog:
+def parse_log(
+    path: str | Path, *, op: str | None = None, nodes: int | None = None, hint: LayoutHint | None = None
+) -> NcclTestsLog:
     """Parse an nccl-tests stdout log. ``op`` / ``nodes`` override what the log says (or does not say).
 
     The op comes from (in order) ``op``, a ``*_perf`` name in the text, the file name. Nodes come from
     ``nodes`` or the distinct host names of the ``Rank`` lines (``-g 8`` / ``-t`` runs list one line per
-    GPU under one process, so hosts, not processes, are counted). Raises ParseError with ``file:line``.
+    GPU under one process, so hosts, not processes, are counted); an abridged list is read by
+    ``nccl_tests_layout``, where ``hint`` gives GPUs per node when neither the list nor the file name can
+    (the log's ``assumed`` says so). Raises ParseError with ``file:line``.
     """
     p = Path(path)
-    return parse_lines(p, _read_lines(p), op=op, nodes=nodes)
+    return parse_lines(p, _read_lines(p), op=op, nodes=nodes, hint=hint)
 
 
 def parse_lines(
-    p: Path, lines: list[str], *, op: str | None = None, nodes: int | None = None, start: int = 1
+    p: Path, lines: list[str], *, op: str | None = None, nodes: int | None = None, start: int = 1,
+    hint: LayoutHint | None = None,
 ) -> NcclTestsLog:
     """``parse_log`` on lines already read from ``p``: the whole file, or (``start`` > 1) the part of it that
     begins at line ``start`` (one run of several; ``nccl_tests_runs``), so that every ``file:line`` names
@@ -510,24 +522,18 @@ def parse_lines(
     rows, others = _one_sweep(rows)
     hosts = tuple(sorted({host for host, _ in ranks.values()}))
     nranks = (max(ranks) + 1) if ranks else None
-    if nodes is None and nranks is not None:
-        per_node = max(dev for _, dev in ranks.values()) + 1
-        # an abridged list (gaps): nodes come from device indices (below), so the last listed rank must be its
-        # node's last GPU; else the pasted list was cut short. A complete list is checked host by host.
-        if len(ranks) < nranks and nranks % per_node:
-            host, dev = ranks[nranks - 1]
-            raise ParseError(
-                f"{p}:{rank_lines[nranks - 1]}: the rank list stops at rank {nranks - 1}, device {dev} of "
-                f"host {host}, where hosts run devices 0..{per_node - 1}: it was cut, so the node count is "
-                "unknown; give the complete log (every '#  Rank' line)"
-            )
-        if len(ranks) == nranks:
-            _check_even(p, ranks, rank_lines)
+    assumed: str | None = None
+    if nodes is None and nranks is not None and len(ranks) == nranks:
+        _check_even(p, ranks, rank_lines)  # a complete list is checked host by host
     if nodes is not None:
         n_nodes: int | None = nodes
     elif nranks is not None and len(ranks) < nranks:
-        # an abridged rank list ("...") hides hosts: GPUs per node = highest device index + 1
-        n_nodes = nranks // (max(dev for _, dev in ranks.values()) + 1)
+        # an abridged rank list ("...") hides hosts: GPUs per node from the device indices where they count
+        # GPUs, else from the ranks listed per host, the file name or the hint (nccl_tests_layout)
+        per_node, assumed = abridged_per_node(
+            p, ranks, rank_lines, nranks, name_nodes=_nodes_from_name(p.name), hint=hint
+        )
+        n_nodes = nranks // per_node
     else:
         n_nodes = len(hosts) or _nodes_from_name(p.name)
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
@@ -546,6 +552,7 @@ def parse_lines(
         inplace_only_rows=inplace_only,
         failed_at=failed_at,
         out_of_bounds=out_of_bounds,
+        assumed=assumed,
     )
 
 

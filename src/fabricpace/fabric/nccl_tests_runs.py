@@ -33,25 +33,29 @@ from fabricpace.fabric.nccl_tests import (
     _strip_prefixes,
     parse_lines,
 )
+from fabricpace.fabric.nccl_tests_layout import LayoutHint
 
 
-def parse_logs(path: str | Path, *, op: str | None = None, nodes: int | None = None) -> list[NcclTestsLog]:
+def parse_logs(
+    path: str | Path, *, op: str | None = None, nodes: int | None = None, hint: LayoutHint | None = None
+) -> list[NcclTestsLog]:
     """One log per complete nccl-tests run in the file at ``path``, in file order (``op`` / ``nodes``
-    override what every run says, as in ``parse_log``). Raises ParseError with ``file:line``."""
+    override what every run says, ``hint`` gives GPUs per node where a run cannot tell, as in
+    ``parse_log``). Raises ParseError with ``file:line``."""
     p = Path(path)
     lines = _read_lines(p)
     parts: list[tuple[int, int, NcclTestsLog]] = []  # (first line, last line, log)
     start = 1
     while True:
         try:
-            log = parse_lines(p, lines[start - 1 :], op=op, nodes=nodes, start=start)
+            log = parse_lines(p, lines[start - 1 :], op=op, nodes=nodes, start=start, hint=hint)
         except SecondRun as exc:
             if not (exc.rows and exc.header):
                 raise  # not a second run: no MPI=1, a run without results, a bare second column header
             # the run before the split read alone; a second parse of its lines, so that the checks made at
             # the end of a log (rank list cut, ranks spread unevenly) run on it as on a file of its own
             end = exc.split - 1
-            alone = parse_lines(p, lines[start - 1 : end], op=op, nodes=nodes, start=start)
+            alone = parse_lines(p, lines[start - 1 : end], op=op, nodes=nodes, start=start, hint=hint)
             parts.append((start, end, alone))
             start = exc.split
             continue
