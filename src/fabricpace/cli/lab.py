@@ -36,6 +36,55 @@ def _check_fault_ranks(sc: Any, world: int, source: str) -> None:
                 )
 
 
+def _placement_option(text: str, backend: str) -> str | list[int] | None:
+    """--placement as the launcher takes it (checked against the lab once its size is known)."""
+    from fabricpace._errors import InputError
+    from fabricpace.lab.mirror import parse_order
+
+    if not text:
+        return None
+    if backend == "local":
+        raise InputError("--placement: the local backend has no fabric (every rank on loopback), so a "
+                         "rank order changes nothing there; use --backend lab")
+    if text in ("contiguous", "interleaved"):
+        return text
+    order = parse_order(text)
+    if order is not None:
+        return order
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise InputError(f"--placement {text!r}: give contiguous, interleaved, node ids in rank order "
+                         "(0,2,1,3) or an existing hosts file")
+    return str(path.resolve())
+
+
+def _next_commands(res: dict[str, Any], scenario: str) -> list[str]:
+    """The commands that read the lab's cluster and hosts files (lab backend only)."""
+    run, cluster, hosts = res["run_dir"], res.get("cluster_file"), res.get("hosts_file")
+    if not hosts:
+        return []
+    if cluster is None:
+        return [f"rank order as a hosts file: {hosts} (no cluster file: the cluster-file format fills "
+                "each leaf in turn, and this lab's leaves hold different numbers of nodes)"]
+    size = _grad_bytes(Path(run))
+    return [
+        f"the lab as a cluster file: {cluster}; its rank order as a hosts file: {hosts}",
+        f"  fabricpace diagnose {run} --cluster {cluster}",
+        f"  fabricpace place --cluster {cluster} --hosts {hosts}"
+        + (f" --bytes {size}" if size else "") + " --out placed.txt",
+        f"  fabricpace lab run --scenario {scenario} --placement placed.txt --out RUN_DIR",
+    ]
+
+
+def _grad_bytes(run: Path) -> int | None:
+    """One all-reduce's bytes: the worker's fp32 gradients (the manifest's parameter count × 4)."""
+    try:
+        params = json.loads((run / "manifest.json").read_text())["workload"]["parameters"]
+        return int(params) * 4
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     lab_app = typer.Typer(help="A real small cluster on this machine: namespaces as nodes, shaped uplinks.",
@@ -137,6 +186,11 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         backend: str = typer.Option("lab", "--backend", help="lab (namespaces) or local (loopback)."),
         prefix: str = typer.Option("fp-", "--prefix"),
+        placement: str = typer.Option(
+            "", "--placement",
+            help="Rank order instead of the scenario's: contiguous, interleaved, node ids in rank order "
+                 "(0,2,1,3) or a hosts file (fabricpace place's proposed hostfile).",
+        ),
         fmt: str = typer.Option("table", "--format", help="table or json."),
     ) -> None:
         """Run a scenario: one rank per namespace, observer on, faults as the scenario says."""
@@ -157,12 +211,13 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--nodes {nodes}: a lab run takes 2 to 64 ranks")
         sc = load_scenario(scenario)
         _check_fault_ranks(sc, nodes or sc.world, scenario)
+        placed = _placement_option(placement, backend)
         require_torch(f"lab run --backend {backend}")
         crowded = launcher.cpu_warning(nodes or sc.world)
         if crowded:
             typer.echo(f"warning: {crowded}", err=True)
         res = launcher.run_scenario(sc, out=out, pacing=pacing, steps=steps or None, nodes=nodes or None,
                                     seed=seed, backend=backend, prefix=prefix,
-                                    progress=fmt != "json" and sys.stderr.isatty())
+                                    progress=fmt != "json" and sys.stderr.isatty(), placement=placed)
         _print(res, fmt, [f"{res['scenario']}: {res['world']} ranks, {res['steps']} steps, "
-                          f"pacing {pacing} -> {res['run_dir']}"])
+                          f"pacing {pacing} -> {res['run_dir']}", *_next_commands(res, scenario)])

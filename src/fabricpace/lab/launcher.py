@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from fabricpace._errors import InputError, LabError
-from fabricpace.lab import cgroup, fabric, state, traffic
-from fabricpace.lab.config import LabConfig, format_rate, parse_rate, placement
+from fabricpace.lab import cgroup, fabric, mirror, state, traffic
+from fabricpace.lab.config import LabConfig, format_rate, parse_rate
 from fabricpace.lab.scenario import Scenario
 from fabricpace.run.destination import check_new_dir
 
@@ -353,9 +353,19 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
     periods = foreign.get("on_periods_monotonic_ns", [])
     # Foreign-flow bursts on the run's aligned timeline (ns since the observer's t0).
     aligned = [[a - t0, b - t0] for a, b in periods] if t0 is not None else []
+    files: dict[str, str] = {}
+    if cfg is not None:
+        # The lab as a cluster file and a hosts file, for diagnose --cluster, collective, simulate and
+        # place (whose proposed hostfile `lab run --placement` replays).
+        text = mirror.cluster_yaml(cfg)
+        if text is not None:
+            (scratch / "cluster.yaml").write_text(text)
+            files["file"] = mirror.CLUSTER_FILE
+        (scratch / "hosts.txt").write_text(mirror.hosts_text(cfg, rank_node))
+        files["hosts"] = mirror.HOSTS_FILE
     topo = {
         "backend": backend,
-        "placement": sc.placement,
+        "placement": mirror.label(sc.placement),
         "rank_node": rank_node,
         "node_leaf": [cfg.leaf_of(n) for n in range(cfg.nodes)] if cfg is not None else None,
         "fabric": cfg.to_dict() if cfg is not None else None,
@@ -374,13 +384,13 @@ def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: l
         m.nodes = world
         m.gpus_per_node = 1
         if cfg is not None:
-            m.cluster = {"name": f"lab-{cfg.nodes}n-{cfg.leaves}leaf", "kind": "lab",
+            m.cluster = {"name": mirror.cluster_name(cfg), "kind": "lab", **files,
                          "leaves": cfg.leaves, "uplink": format_rate(cfg.uplink_bps),
                          "node_link": format_rate(cfg.node_link_bps), "node_leaf": topo["node_leaf"]}
         else:
             m.cluster = {"name": "local-loopback", "kind": "local"}
         m.workload = m.workload | {"model": "mlp", **sc.workload.model_dump()}
-        m.extra = m.extra | {"scenario": sc.name, "expect": sc.expect, "placement": sc.placement,
+        m.extra = m.extra | {"scenario": sc.name, "expect": sc.expect, "placement": topo["placement"],
                              "faults": sc.faults.model_dump(exclude_none=True), "seed": seed,
                              "pacing_mode": pacing, "lab": "lab/lab.json",
                              "foreign_on_periods_ns": aligned}
@@ -394,13 +404,18 @@ class LabBusy(InputError):
 def run_scenario(sc: Scenario, *, out: Path, pacing: str = "off", steps: int | None = None,
                  nodes: int | None = None, seed: int = 0, backend: str = "lab", prefix: str = "fp-",
                  progress: bool = False, deadline_s: float | None = None,
-                 down_after: bool = False) -> dict[str, Any]:
+                 down_after: bool = False, placement: str | list[int] | None = None) -> dict[str, Any]:
     """Run ``sc`` and return a summary; the run directory is ``out``.
+
+    ``placement`` (lab backend) replaces the scenario's: contiguous, interleaved, node ids in rank order
+    or a hosts file (``fabricpace place``'s proposed hostfile; lab/mirror.py).
 
     ``down_after`` (lab backend): take the lab down when the run ends, however it ends, but only when
     this run held the lab: a run refused because another process holds it (LabBusy) touches nothing.
     (``study --backend lab`` used to call ``lab down`` in a ``finally`` around this call, so a refused
     second study ended the first study's ranks and deleted its namespaces.)"""
+    if placement is not None:
+        sc = sc.model_copy(update={"placement": placement})
     world = nodes or sc.world
     steps = steps or sc.steps
     if world < 2:
@@ -455,7 +470,7 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
         cfg = LabConfig(nodes=world, leaves=min(sc.fabric.leaves, world), prefix=prefix,
                         uplink_bps=parse_rate(sc.fabric.uplink),
                         node_link_bps=parse_rate(sc.fabric.node_link))
-        rank_node = placement(world, cfg, sc.placement)
+        rank_node = mirror.resolve(sc.placement, cfg, world, source=f"scenario {sc.name}")
         # A second run in the same lab would share its namespaces and rendezvous port (or, with another
         # shape, rebuild the lab under the first run's ranks): refuse before anything is written. (The
         # run claim covers runs started at the same instant; this covers ranks a crashed launcher left.)
@@ -484,8 +499,12 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
             raise
     _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
               seed=seed)
-    return {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
-            "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
+    res = {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
+           "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
+    if cfg is not None:
+        res |= {"cluster_file": str(out / mirror.CLUSTER_FILE) if (out / mirror.CLUSTER_FILE).is_file()
+                else None, "hosts_file": str(out / mirror.HOSTS_FILE)}
+    return res
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ A scenario is a YAML file (or the name of a shipped one in ``fabricpace/data/lab
     name: throttled-rank
     world: 4                # ranks, one per node (--nodes overrides)
     steps: 60
-    placement: contiguous   # or interleaved (consecutive ranks alternate leaves)
+    placement: contiguous   # interleaved (consecutive ranks alternate leaves), a node order [0, 2, 1, 3]
+                            # or a hosts file (fabricpace place's; relative to this file)
     fabric: {leaves: 2, uplink: 200mbit, node_link: 1gbit}
     workload: {batch_per_rank: 64, device_ms_per_sample: 1.0, hidden: 192, layers: 3}
     faults:
@@ -121,10 +122,29 @@ class Scenario(_Strict):
     expect: str = Field("", description="the failure mode this scenario should show (documentation)")
     world: int = Field(8, ge=2, le=64)
     steps: int = Field(200, ge=10)
-    placement: Literal["contiguous", "interleaved"] = "contiguous"
+    # contiguous | interleaved | node ids in rank order | a hosts file (lab/mirror.py resolves it)
+    placement: str | list[int] = "contiguous"
     fabric: FabricSpec = Field(default_factory=lambda: FabricSpec.model_validate({}))
     workload: WorkloadSpec = Field(default_factory=lambda: WorkloadSpec.model_validate({}))
     faults: FaultsSpec = Field(default_factory=lambda: FaultsSpec.model_validate({}))
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, v: str | list[int]) -> str | list[int]:
+        if isinstance(v, list):
+            if len(v) < 2 or any(n < 0 for n in v):
+                raise ValueError("a node order lists each rank's node (0, 1, ...), e.g. [0, 2, 1, 3]")
+            _once_each_node(v)
+        elif not v.strip():
+            raise ValueError("give contiguous, interleaved, a node order such as [0, 2, 1, 3] or a "
+                             "hosts file")
+        return v
+
+
+def _once_each_node(nodes: list[int]) -> None:
+    twice = sorted({n for n in nodes if nodes.count(n) > 1})
+    if twice:
+        raise ValueError(f"node {twice[0]} is listed twice; the lab runs one rank per node")
 
 
 def shipped_names() -> list[str]:
@@ -147,6 +167,15 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
                               f"({', '.join(shipped_names())}) and no such file")
         source, text = str(path), read_text(path, what="scenario file")
     sc = validate(Scenario, parse_yaml(text, source=source), source=source, docs="docs/lab.md")
+    if isinstance(sc.placement, str) and sc.placement not in ("contiguous", "interleaved"):
+        # A hosts file, relative to the scenario file (as a path in a config file reads)
+        hosts = Path(sc.placement).expanduser()
+        if not hosts.is_absolute() and source != f"{text_name} (shipped)":
+            hosts = Path(name_or_path).parent / hosts
+        if not hosts.is_file():
+            raise ConfigError(f"{source}: field 'placement': {sc.placement!r} is not contiguous, "
+                              "interleaved, a node order such as [0, 2, 1, 3], or an existing hosts file")
+        sc = sc.model_copy(update={"placement": str(hosts)})
     if sc.fabric.leaves > sc.world:
         # The lab hangs at least one node off each leaf: leaves: 8 with world: 4 ran on 4 leaves while
         # the file said 8. (--nodes below the leaves is taken with a warning: the launcher's.)

@@ -199,7 +199,8 @@ def placement_fault(placement: Any, lab: Mapping[str, Any] | None, *,
         cross = f"; the ring crosses leaves {got}× per all-reduce (at least {least} with these nodes)"
         extra_crossings = got > least
     what = f"placement {label or 'as recorded'}{order}{cross}"
-    if packed and not extra_crossings and label in ("", "contiguous"):
+    if ((packed and bool(rank_node)) or label in ("", "contiguous")) and not extra_crossings:
+        # The packed order (also as a hosts file, such as place's proposal): given, but no fault.
         if backend == "local":  # one nominal node per rank on loopback: nothing to say
             return None, notes
         notes.insert(0, f"{what} (ring neighbours share a leaf where they can: no placement fault)")
