@@ -315,7 +315,13 @@ def diagnose_metrics(
                 why_late = _late_but_unnamed(m, sc, cfg) if not f_strag else None
                 if why_late:
                     abstain("persistent_straggler", why_late)
-            f_top, mm, why = topology_contention.detect(m, cfg, cluster)
+            # The stragglers named above: a transfer excess that is uniform against the fabric model in
+            # their groups is theirs to explain first (a CPU-starved gloo rank slows the ring itself).
+            strag = {
+                int(r): str(f.evidence.get("cause", "slower than its peers"))
+                for f in findings if f.mode == "persistent_straggler" for r in f.culprits.ranks
+            }
+            f_top, mm, why = topology_contention.detect(m, cfg, cluster, strag)
             findings += f_top
             metrics.update(mm)
             if why:

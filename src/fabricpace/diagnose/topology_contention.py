@@ -13,12 +13,16 @@ baseline. Per step, the exposed excess is the largest per-group sum, capped by t
 communication (step time minus the slowest rank's own work). A finding needs that to reach
 ``contention_min_share`` of step time *and* to be concentrated: ≥ ``contention_concentration`` of the
 excess on cross-leaf groups while same-shape intra-leaf groups stay quiet, or inflated steps clustered
-in time (runs test z ≤ ``contention_runs_z``). Against a fabric model, uniform inflation also counts.
-Spread-out, unclustered jitter is not contention (it is noise, or sync amplification).
+in time (runs test z ≤ ``contention_runs_z``). Against a fabric model, uniform inflation also counts,
+unless a persistent straggler sits in the inflated groups (a slow rank slows a CPU-reduced ring itself).
+Spread-out, unclustered jitter is not contention (it is noise, or sync amplification). The fabric model
+prices each group in its own rank order; a rank order that crosses leaves more often than it must is
+said whatever the verdict (``placement_note``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -131,9 +135,27 @@ def _model_baseline(inst: pl.DataFrame, cluster: Any, notes: list[str]) -> pl.Da
 
 
 def detect(
-    m: RunMetrics, cfg: DiagnoseConfig, cluster: Any = None
+    m: RunMetrics, cfg: DiagnoseConfig, cluster: Any = None, stragglers: dict[int, str] | None = None
 ) -> tuple[list[Finding], dict[str, Any], str | None]:
-    """(findings, metrics, abstention reason or None)."""
+    """(findings, metrics, abstention reason or None). ``stragglers``: rank -> cause of the ranks the
+    persistent_straggler finding names (the engine runs it first): a transfer excess that is only uniform
+    against the fabric model, in a group such a rank belongs to, is not claimed as contention.
+
+    Whatever is found, a rank order that makes a ring cross leaves more often than it must is said:
+    in the finding's evidence when there is one, else as a note (``metrics.ring_leaf_crossings`` and
+    ``metrics.notes``) — it needs no baseline, only ranks.parquet's leaves."""
+    found, metrics, why = _detect(m, cfg, cluster, stragglers or {})
+    if not any("ring_leaf_crossings" in f.evidence for f in found):
+        order = placement_note(m, cluster)
+        if order is not None:
+            metrics["ring_leaf_crossings"] = order
+            m.notes.append(order["note"])
+    return found, metrics, why
+
+
+def _detect(
+    m: RunMetrics, cfg: DiagnoseConfig, cluster: Any, stragglers: dict[int, str]
+) -> tuple[list[Finding], dict[str, Any], str | None]:
     if m.instances is None:
         return [], {}, "no collectives recorded: transfer times unknown"
     groups = _groups(m)
@@ -278,9 +300,6 @@ def detect(
         )
         return [], metrics, None
 
-    conf, ci = block_bootstrap(loss, m.step_time, cfg.contention_min_share, cfg)
-    if in_time and share < cfg.contention_min_share:  # confidence of the in-period loss instead
-        conf, _ = block_bootstrap(loss[flags], m.step_time[flags], cfg.contention_min_share, cfg)
     hot_groups = (
         inst.group_by("group")
         .agg(pl.col("excess_ns").sum(), pl.col("inflation").median())
@@ -290,6 +309,15 @@ def detect(
     hot = groups.join(hot_groups.select("group", "excess_ns", "inflation"), on="group", how="inner").sort(
         "excess_ns", descending=True
     )
+    if not (on_cross or in_time) and stragglers:
+        why_strag = _straggler_explains(hot, stragglers, med_infl)
+        if why_strag is not None:
+            metrics["transfer_excess_note"] = why_strag
+            return [], metrics, why_strag
+
+    conf, ci = block_bootstrap(loss, m.step_time, cfg.contention_min_share, cfg)
+    if in_time and share < cfg.contention_min_share:  # confidence of the in-period loss instead
+        conf, _ = block_bootstrap(loss[flags], m.step_time[flags], cfg.contention_min_share, cfg)
     links, spans = _links(hot, on_cross)
     member_sets = hot["members"].to_list()
     ranks = sorted({int(r) for ms in member_sets for r in ms}) if member_sets else []
@@ -322,7 +350,7 @@ def detect(
     )
     if spans:
         evidence["links_unknown"] = _links_unknown(spans, cluster)
-    order = _rank_order_crossings(m, hot)
+    order = _rank_order_crossings(m, hot.filter(pl.col("n_leaves") > 1))
     if order is not None:
         evidence["ring_leaf_crossings"] = order
     hosts = m.rank_info["host"].n_unique() if m.rank_info.height and "host" in m.rank_info.columns else 0
@@ -364,12 +392,118 @@ def detect(
     return [f], metrics, None
 
 
-def _rank_order_crossings(m: RunMetrics, hot: pl.DataFrame) -> dict[str, Any] | None:
-    """Leaf changes along the hottest cross-leaf group's rank order (NCCL builds rings in rank order),
-    when it is more than the minimum (one per leaf): evidence that the hostfile is not sorted by leaf."""
+def _straggler_explains(hot: pl.DataFrame, stragglers: dict[int, str], med_infl: float) -> str | None:
+    """Why a transfer excess that is only uniform against the fabric model (not on cross-leaf groups,
+    not in periods) is not named topology_contention, when a persistent straggler sits in the inflated
+    groups; None when none does. A rank slower at its own work slows the transfer itself where the
+    reduction runs on the CPU (gloo) or shares its host: the lab's throttled-rank run (rank 1 at 0.03
+    CPU, 200 Mbit/s uplinks measured healthy at 22.5 ms per all-reduce) read "topology_contention
+    29.5%, link leaf0<->leaf1, transfer ×3.44 vs fabric model" above the straggler itself, and a user
+    would have re-cabled a healthy link (audit 17 A4). A slow link shows instead on the groups that
+    cross it (beside quiet intra-leaf ones) or in periods; uniform excess beside a named slow rank
+    cannot be told from that rank's doing."""
+    members = {int(r) for ms in hot["members"].to_list() for r in ms}
+    inside = sorted(r for r in stragglers if r in members)
+    if not inside:
+        return None
+    cause = stragglers[inside[0]]
+    who = f"{'ranks' if len(inside) > 1 else 'rank'} {', '.join(map(str, inside))}"
+    return (
+        f"transfers are ×{med_infl:.2f} the fabric model's time everywhere (not on cross-leaf groups "
+        f"alone, not in periods), in groups where persistent_straggler names {who} ({cause}): a slow rank "
+        "slows the ring itself where the reduction runs on the CPU (gloo) or competes with its host, so "
+        "this excess cannot be told from the straggler's doing and no link is named; fix the straggler "
+        "first, then judge the transfers again"
+    )
+
+
+def placement_note(m: RunMetrics, cluster: Any = None) -> dict[str, Any] | None:
+    """The ring-order check on its own: the largest cross-leaf group's leaf crossings in rank order
+    when more than the minimum, with a note (and, with a cluster, what the fabric model prices the
+    order at against the leaf-grouped one). Run whatever the contention verdict: an interleaved lab run
+    83% slower than its contiguous twin read "healthy" with no word, although ranks.parquet showed its
+    ring crossing leaves 4 times where 2 would do (audit 17 A4)."""
     if not m.rank_info.height or not {"rank", "node", "leaf"} <= set(m.rank_info.columns):
         return None
-    cross = hot.filter(pl.col("n_leaves") > 1)
+    groups = _groups(m).filter(pl.col("n_leaves") > 1)
+    if groups.height == 0:
+        return None
+    if m.instances is not None:  # the busiest of the largest groups: the ring that carries the job
+        counts = m.instances.group_by("group").agg(pl.len().alias("count"))
+        groups = groups.join(counts, on="group", how="left").with_columns(pl.col("count").fill_null(0))
+    else:
+        groups = groups.with_columns(pl.lit(0).alias("count"))
+    order = _rank_order_crossings(m, groups.sort(["size", "count"], descending=True))
+    if order is None:
+        return None
+    times = _price_orders(m, groups.filter(pl.col("group") == order["group"]), cluster)
+    note = (
+        f"rank order: group {order['group']}'s ring crosses leaves {order['crossings']} times where "
+        f"{order['minimum']} would do ({order['nodes']} nodes in rank order), so each of its ring "
+        f"collectives carries {order['crossings'] / order['minimum']:.1f}× the cross-leaf traffic of a "
+        "leaf-grouped order (NCCL's and gloo's rings follow rank order)"
+    )
+    if times is not None:
+        order.update(times)
+        note += (
+            f"; the fabric model prices its {times['op']} of {times['bytes']} B at "
+            f"{times['model_ms']:.1f} ms in this order vs {times['model_packed_ms']:.1f} ms leaf-grouped"
+        )
+        if times.get("share_of_step") is not None:
+            note += (
+                f": {times['extra_ms_per_step']:.1f} ms more transfer per step, {times['share_of_step']:.0%} "
+                "of the step time where compute does not hide it"
+            )
+    else:
+        note += "; no cluster file (--cluster), so its cost is not priced"
+    note += ". Relaunch with a leaf-grouped hostfile: fabricpace place --cluster FILE --hosts FILE"
+    order["note"] = note
+    return order
+
+
+def _price_orders(m: RunMetrics, group: pl.DataFrame, cluster: Any) -> dict[str, Any] | None:
+    """The fabric model's time of the group's commonest collective in its rank order and leaf-grouped,
+    and the difference times that collective's count per step as a share of the mean step."""
+    if cluster is None or m.instances is None or group.height == 0 or not group["node_order"][0]:
+        return None
+    g = group.row(0, named=True)
+    inst = m.instances.filter((pl.col("group") == g["group"]) & pl.col("bytes").is_not_null())
+    if inst.height == 0:
+        return None
+    op, nbytes, count = (
+        inst.group_by(pl.col("op").cast(pl.String), "bytes").len().sort("len", descending=True).row(0)
+    )
+    name = next((n for n, pat in _OPS if re.search(pat, op or "")), None)
+    if name is None:
+        return None
+    try:
+        from fabricpace.fabric import collective_time
+
+        kw: dict[str, Any] = {"nodes": int(g["n_nodes"]), "gpus_per_node": int(g["gpus_per_node"] or 1)}
+        order = [int(v) for v in str(g["node_order"]).split(",")]
+        t = collective_time(cluster, name, int(nbytes), node_order=order, **kw).time_s
+        t0 = collective_time(cluster, name, int(nbytes), **kw).time_s
+    except Exception:  # a shape the model cannot price: the note stays structural
+        return None
+    per_step = count / max(inst["step"].n_unique(), 1)
+    mean = m.mean_step_ns
+    share = (t - t0) * 1e9 * per_step / mean if mean > 0 else None
+    return {
+        "extra_ms_per_step": (t - t0) * 1e3 * per_step,
+        "op": name,
+        "bytes": int(nbytes),
+        "model_ms": t * 1e3,
+        "model_packed_ms": t0 * 1e3,
+        "share_of_step": share,
+    }
+
+
+def _rank_order_crossings(m: RunMetrics, cross: pl.DataFrame) -> dict[str, Any] | None:
+    """Leaf changes along the first group's rank order of ``cross`` (cross-leaf groups, hottest or
+    largest first; NCCL builds rings in rank order), when it is more than the minimum (one per leaf):
+    evidence that the hostfile is not sorted by leaf."""
+    if not m.rank_info.height or not {"rank", "node", "leaf"} <= set(m.rank_info.columns):
+        return None
     if cross.height == 0:
         return None
     hottest = cross.row(0, named=True)
