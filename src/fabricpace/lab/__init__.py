@@ -7,6 +7,8 @@ foreign bulk TCP flow, interleaved placement, an uplink rate change mid-run. Mod
     config    topology, names, addresses, rates         fabric    up / status / down / shaping
     state     crash-safe record of what was created      traffic   bounded TCP transfers (measure, foreign)
     cgroup    CPU quota of throttled ranks               noise     GC pressure inside a worker
-    scenario  scenario files (pydantic)                  launcher  run a scenario, annotate the run dir
+    scenario  scenario files (pydantic)                  launcher  run a scenario
+    annotate  topology, fault timeline into the run dir  mirror    the lab as a cluster file, hosts file;
+                                                                   placements (orders, hosts files)
     worker    ``python -m fabricpace.lab.worker``: the training process
 """

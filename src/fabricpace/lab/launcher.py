@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -27,7 +26,8 @@ from typing import Any
 
 from fabricpace._errors import InputError, LabError
 from fabricpace.lab import cgroup, fabric, mirror, state, traffic
-from fabricpace.lab.config import LabConfig, format_rate, parse_rate
+from fabricpace.lab.annotate import annotate
+from fabricpace.lab.config import LabConfig, parse_rate
 from fabricpace.lab.scenario import Scenario
 from fabricpace.run.destination import check_new_dir
 
@@ -287,7 +287,7 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
                 # When it lands, relative to the steps: a change due once rank 0 is through its steps
                 # is not made (it came 0.5 s before the ranks were done, every transfer had run at the
                 # old rate, and the report said "applied"); the others carry the clock reading that
-                # _annotate turns into the steps that ran under them.
+                # annotate.place_changes turns into the steps that ran under them.
                 event = {"event": "uplink_change", "unix_s": time.time(), "rate": change.rate,
                          "progress_step": done, "steps": steps, "applied": done < steps}
                 if done < steps:
@@ -296,105 +296,6 @@ def _wait(run: _Run, sc: Scenario, *, out: Path, steps: int, deadline_s: float, 
                 run.events.append(event)
                 change = None
             time.sleep(0.2)
-
-
-def _place_changes(out: Path, events: list[dict[str, Any]], t0: int | None) -> None:
-    """Put each applied uplink change on the run's steps: ``t_ns`` on the aligned timeline, the first
-    step that ended after it (``first_step``: it ran at least partly under the new rate; None when no
-    step did) and the run's ``last_step``. The report says which steps a change covered from these."""
-    import polars as pl
-
-    from fabricpace.run import load_run
-
-    changes = [e for e in events if e.get("event") == "uplink_change" and "monotonic_ns" in e]
-    if not changes or t0 is None:
-        return
-    try:
-        steps = load_run(out, tables=("steps",), all_steps=True).steps
-    except Exception:  # an unreadable run directory: the change keeps its clock reading only
-        return
-    if steps.height == 0:
-        return
-    last = int(steps["step"].max())  # type: ignore[arg-type]
-    for e in changes:
-        t = int(e["monotonic_ns"]) - t0
-        after = steps.filter(pl.col("t_end_ns") > t)["step"]
-        e.update(t_ns=t, first_step=int(after.min()) if after.len() else None,  # type: ignore[arg-type]
-                 last_step=last)
-
-
-def _annotate(out: Path, sc: Scenario, *, backend: str, world: int, rank_node: list[int],
-              cfg: LabConfig | None, run: _Run, pacing: str, seed: int) -> None:
-    """Write the lab topology into ranks.parquet and the manifest; the fault timeline into lab.json."""
-    import polars as pl
-
-    from fabricpace.run import read_manifest, write_manifest, write_table_atomic
-
-    ranks_path = out / "ranks.parquet"
-    if ranks_path.is_file():
-        ranks = pl.read_parquet(ranks_path, glob=False)
-        node = [rank_node[r] for r in ranks["rank"].to_list()]
-        leaf = [cfg.leaf_of(n) if cfg is not None else None for n in node]
-        host = [cfg.node_ns(n) if cfg is not None else f"local-{n}" for n in node]
-        ranks = ranks.with_columns(
-            pl.Series("node", node, dtype=pl.Int32), pl.Series("leaf", leaf, dtype=pl.Int32),
-            pl.Series("host", host, dtype=pl.Utf8),
-            pl.Series("nic", [cfg.NODE_IFACE if cfg is not None else "lo"] * len(node), dtype=pl.Utf8),
-        )
-        write_table_atomic(ranks_path, ranks.to_arrow())
-    scratch = scratch_dir(out)
-    foreign: dict[str, Any] = {}
-    t0: int | None = None
-    with contextlib.suppress(OSError, json.JSONDecodeError):
-        foreign = json.loads((scratch / "foreign.json").read_text())
-    with contextlib.suppress(OSError, json.JSONDecodeError, TypeError, ValueError):
-        t0 = int(json.loads((scratch / "t0.json").read_text())["t0_monotonic_ns"])
-    _place_changes(out, run.events, t0)
-    periods = foreign.get("on_periods_monotonic_ns", [])
-    # Foreign-flow bursts on the run's aligned timeline (ns since the observer's t0).
-    aligned = [[a - t0, b - t0] for a, b in periods] if t0 is not None else []
-    files: dict[str, str] = {}
-    if cfg is not None:
-        # The lab as a cluster file and a hosts file, for diagnose --cluster, collective, simulate and
-        # place (whose proposed hostfile `lab run --placement` replays).
-        text = mirror.cluster_yaml(cfg)
-        if text is not None:
-            (scratch / "cluster.yaml").write_text(text)
-            files["file"] = mirror.CLUSTER_FILE
-        (scratch / "hosts.txt").write_text(mirror.hosts_text(cfg, rank_node))
-        files["hosts"] = mirror.HOSTS_FILE
-    topo = {
-        "backend": backend,
-        "placement": mirror.label(sc.placement),
-        "rank_node": rank_node,
-        "node_leaf": [cfg.leaf_of(n) for n in range(cfg.nodes)] if cfg is not None else None,
-        "fabric": cfg.to_dict() if cfg is not None else None,
-    }
-    lab = {"scenario": sc.model_dump(), "topology": topo, "events": run.events,
-           "foreign_on_periods_ns": aligned, "t0_monotonic_ns": t0,
-           "throttled_time_ns": dict(run.throttled_ns)}
-    (scratch / "lab.json").write_text(json.dumps(lab, indent=2, default=str))
-    if out.is_dir():
-        if (out / "lab").exists():
-            shutil.rmtree(out / "lab")
-        shutil.move(str(scratch), str(out / "lab"))
-    with contextlib.suppress(Exception):
-        m = read_manifest(out)
-        m.source = backend
-        m.nodes = world
-        m.gpus_per_node = 1
-        if cfg is not None:
-            m.cluster = {"name": mirror.cluster_name(cfg), "kind": "lab", **files,
-                         "leaves": cfg.leaves, "uplink": format_rate(cfg.uplink_bps),
-                         "node_link": format_rate(cfg.node_link_bps), "node_leaf": topo["node_leaf"]}
-        else:
-            m.cluster = {"name": "local-loopback", "kind": "local"}
-        m.workload = m.workload | {"model": "mlp", **sc.workload.model_dump()}
-        m.extra = m.extra | {"scenario": sc.name, "expect": sc.expect, "placement": topo["placement"],
-                             "faults": sc.faults.model_dump(exclude_none=True), "seed": seed,
-                             "pacing_mode": pacing, "lab": "lab/lab.json",
-                             "foreign_on_periods_ns": aligned}
-        write_manifest(out, m)
 
 
 class LabBusy(InputError):
@@ -497,8 +398,8 @@ def _run_claimed(sc: Scenario, *, out: Path, pacing: str, steps: int, world: int
             with _signals_wait(keep=True):
                 _discard(out, scratch, created, keep_logs=keep_logs)
             raise
-    _annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, run=run, pacing=pacing,
-              seed=seed)
+    annotate(out, sc, backend=backend, world=world, rank_node=rank_node, cfg=cfg, events=run.events,
+             throttled_ns=run.throttled_ns, pacing=pacing, seed=seed, scratch=scratch_dir(out))
     res = {"scenario": sc.name, "backend": backend, "world": world, "steps": steps, "pacing": pacing,
            "run_dir": str(out), "seconds": round(time.time() - t0, 1), "rank_node": rank_node}
     if cfg is not None:
