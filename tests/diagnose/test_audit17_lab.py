@@ -13,6 +13,7 @@ files (``data/clusters/lab-200m.yaml``, ``lab-20m.yaml``) mirror the lab: 4 node
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,22 @@ def test_size_sweeps_are_left_out_of_scaling(tmp_path, synth) -> None:
     assert d.scaling is not None
     assert [r["world_size"] for r in d.scaling["rows"]] == [4, 8]
     assert d.scaling["left_out"] == {str(p): SWEEP_LEFT_OUT for p in sweeps}
+
+
+def test_the_note_names_the_lab_runs_own_cluster_and_hosts_files(recorded) -> None:
+    # A lab run now writes lab/cluster.yaml and lab/hosts.txt and names them in manifest.cluster: the
+    # note's recommendation uses them instead of "--cluster FILE --hosts FILE".
+    run = recorded("audit17-lab-slow-inter")
+    (run / "lab").mkdir()
+    (run / "lab" / "cluster.yaml").write_text((CLUSTERS / "lab-20m.yaml").read_text())
+    (run / "lab" / "hosts.txt").write_text(
+        "a4-n0 slots=1 leaf=0\na4-n2 slots=1 leaf=1\na4-n1 slots=1 leaf=0\na4-n3 slots=1 leaf=1\n"
+    )
+    man = json.loads((run / "manifest.json").read_text())
+    man["cluster"].update({"file": "lab/cluster.yaml", "hosts": "lab/hosts.txt"})
+    (run / "manifest.json").write_text(json.dumps(man))
+    note = diagnose(run).runs[0].metrics["ring_leaf_crossings"]["note"]
+    cl, hosts = run / "lab" / "cluster.yaml", run / "lab" / "hosts.txt"
+    assert f"not priced without --cluster ({cl} describes" in note
+    assert f"fabricpace place --cluster {cl} --hosts {hosts}" in note
+    assert "fabricpace lab run --placement" in note

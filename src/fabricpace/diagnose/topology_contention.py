@@ -23,6 +23,7 @@ said whatever the verdict (``placement_note``).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -454,11 +455,31 @@ def placement_note(m: RunMetrics, cluster: Any = None) -> dict[str, Any] | None:
                 f": {times['extra_ms_per_step']:.1f} ms more transfer per step, {times['share_of_step']:.0%} "
                 "of the step time where compute does not hide it"
             )
-    else:
+    own = _own_files(m)
+    if times is None and "file" in own:
+        note += f"; not priced without --cluster ({own['file']} describes this run's fabric)"
+    elif times is None:
         note += "; no cluster file (--cluster), so its cost is not priced"
-    note += ". Relaunch with a leaf-grouped hostfile: fabricpace place --cluster FILE --hosts FILE"
+    cl_file, hosts = own.get("file", "FILE"), own.get("hosts", "FILE")
+    note += f". Relaunch with a leaf-grouped hostfile: fabricpace place --cluster {cl_file} --hosts {hosts}"
+    if m.run.manifest.source == "lab" and "hosts" in own:  # the lab replays place's proposal
+        note += " (a lab run replays its proposal: fabricpace lab run --placement PROPOSED_HOSTS)"
     order["note"] = note
     return order
+
+
+def _own_files(m: RunMetrics) -> dict[str, str]:
+    """The cluster and hosts files the run directory carries (a lab run writes lab/cluster.yaml and
+    lab/hosts.txt and names them in manifest.cluster), as paths; empty when it has none."""
+    cl = m.run.manifest.cluster
+    if not isinstance(cl, dict):
+        return {}
+    out = {}
+    for key in ("file", "hosts"):
+        rel = cl.get(key)
+        if isinstance(rel, str) and rel and (Path(m.path) / rel).is_file():
+            out[key] = str(Path(m.path) / rel)
+    return out
 
 
 def _price_orders(m: RunMetrics, group: pl.DataFrame, cluster: Any) -> dict[str, Any] | None:
