@@ -129,3 +129,53 @@ def test_collective_compare_reads_an_abridged_device0_log_with_gpus_per_node(cli
     assert r.returncode == 0, r.stderr
     assert "4 GPUs per node from --gpus-per-node, so 4 nodes" in r.stderr
     assert "on 4 nodes)" in r.stderr and "on 16 nodes" not in r.stderr, r.stderr
+
+
+# ---- A2 finding 3: a table without rank lines, its node count in the file name -------------------------
+# the Alps campaign's own tables (parse_output.sh: the column header and rows, no rank lines), 2 and 4 nodes
+TABLES = [DATA / "alpscfg2_n2_all_reduce.txt", DATA / "alpscfg2_n4_all_reduce.txt"]
+
+
+def test_rankless_tables_calibrate_with_gpus_per_node_given(cli):
+    """Refused before ('no rank lines, so the node count is unknown') although the names give it."""
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--gpus-per-node", "4", "--calibrate",
+            *map(str, TABLES), "--nodes", "8", "--sizes", "1G", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "calibrated on 16 points from 2 logs" in r.stderr
+    for n in (2, 4):
+        note = f"note: alpscfg2_n{n}_all_reduce.txt: no '#  Rank' lines: {n} nodes from the file name"
+        assert note + ", 4 GPUs per node from --gpus-per-node" in r.stderr
+    assert json.loads(r.stdout)[0]["gpus"] == 32
+
+
+def test_rankless_tables_take_gpus_per_node_from_the_cluster_file_with_a_note(cli):
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--calibrate", *map(str, TABLES), "--nodes",
+            "8", "--sizes", "1G", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "4 GPUs per node from the cluster file ('alps-gh200-a2'; give --gpus-per-node" in r.stderr
+
+
+def test_rankless_table_without_a_node_count_names_what_is_missing(cli, refused, tmp_path):
+    bare = tmp_path / "job-n-00008-N-0002_all_reduce.txt"  # the campaign's name: 'n-00008' is the rank count
+    bare.write_bytes(TABLES[0].read_bytes())
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--gpus-per-node", "4", "--calibrate",
+            str(bare), "--nodes", "8", "--sizes", "1G")
+    refused(r, "no node count in the file name", "name the file after its node count (n4_all_reduce.log)")
+
+
+def test_points_from_a_rankless_table_without_a_hint_say_gpus_per_node_are_missing():
+    from fabricpace.fabric.calibrate import points_from_logs
+    from fabricpace.fabric.nccl_tests import parse_log
+
+    log = parse_log(TABLES[0])
+    assert (log.nodes, log.gpus_per_node) == (2, None)
+    with pytest.raises(ParseError, match="2 nodes from the file name, but GPUs per node are unknown"):
+        points_from_logs([log])
+
+
+def test_compare_with_a_rankless_table_says_what_it_assumed(cli):
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--gpus-per-node", "4", "--nodes", "4",
+            "--sizes", "1G", "--compare", str(TABLES[1]))
+    assert r.returncode == 0, r.stderr
+    assert "no '#  Rank' lines: 4 nodes from the file name, 4 GPUs per node from --gpus-per-node" in r.stderr
+    assert "compared with 8 measured rows" in r.stderr

@@ -429,7 +429,9 @@ def _score(
                 )
             if log.nodes is None:
                 raise InputError(
-                    f"--compare {where}: no '#  Rank N ... on HOST' lines, so the node count is unknown"
+                    f"--compare {where}: no '#  Rank N ... on HOST' lines and no node count in the file "
+                    "name, so the node count is unknown; give the complete log or name the file after its "
+                    "node count (n8_all_reduce.log)"
                 )
             if log.nodes > cl.nodes:
                 raise InputError(f"--compare {where}: {log.nodes} nodes, more than cluster {cl.name!r} has")

@@ -39,6 +39,7 @@ from fabricpace.fabric.collectives import (
     selected_plan,
 )
 from fabricpace.fabric.nccl_tests import NcclTestsLog
+from fabricpace.fabric.nccl_tests_layout import LayoutHint
 from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
 
 FITTED = ("net_efficiency", "tree_efficiency", "nvls_tree_efficiency", "base_us", "net_overhead_us")
@@ -82,8 +83,18 @@ def points_from_logs(
                 f"{log.label}: a {log.op} log, a collective the model does not have (it models "
                 f"{', '.join(OPS)}); calibrate with logs of one of those"
             )
-        if log.nodes is None or log.nranks is None or log.gpus_per_node is None:
-            raise ParseError(f"{log.label}: no '#  Rank N ... on HOST' lines, so the node count is unknown")
+        if log.nodes is None:
+            raise ParseError(
+                f"{log.label}: no '#  Rank N ... on HOST' lines and no node count in the file name, so the "
+                "node count is unknown; give the complete log (with its rank lines) or name the file after "
+                "its node count (n4_all_reduce.log)"
+            )
+        if log.nranks is None or log.gpus_per_node is None:
+            raise ParseError(
+                f"{log.label}: no '#  Rank N ... on HOST' lines: {log.nodes} nodes from the file name, but "
+                "GPUs per node are unknown; give them (collective --gpus-per-node, parse_log(hint=)) or the "
+                "complete log"
+            )
         for r in log.rows:
             if min_bytes <= r.size <= max_bytes and r.time_us > 0 and r.wrong == 0:  # wrong: not healthy
                 op.append(log.op)
@@ -351,8 +362,13 @@ def calibrate_cluster(
     min_bytes: int = 32 << 20,
     max_bytes: int = 8 << 30,
     op: str | None = None,
+    hint: LayoutHint | None = None,
 ) -> Fit:
     """Fit ``cluster``'s tuning to nccl-tests logs; returns the calibrated cluster (source names the logs).
+
+    Logs given as paths are parsed with ``hint`` (default: the cluster's GPUs per node) for a log that
+    cannot tell its GPUs per node (a table without rank lines, an abridged list of ``device 0`` ranks;
+    ``nccl_tests_layout``); the log's notes say what was assumed.
 
     With ``op`` (the collective to be predicted), logs of other collectives are left out when some log is of
     ``op``: one fit on two collectives is much worse than a fit on each (docs/cluster-files.md). A log
@@ -360,7 +376,12 @@ def calibrate_cluster(
     in ``Fit.input_notes``, with each log's own notes (``NcclTestsLog.notes``). A file of several nccl-tests
     runs (a sweep's one output file) gives one log per run (``nccl_tests_runs``), each used as a file of
     its own would be; a note says which runs it holds."""
-    parsed = [x for lg in logs for x in ([lg] if isinstance(lg, NcclTestsLog) else parse_logs(lg))]
+    if hint is None:
+        source = f"the cluster file ({cluster.name!r})"
+        hint = LayoutHint(gpus_per_node=cluster.gpus_per_node, source=source)
+    parsed = [
+        x for lg in logs for x in ([lg] if isinstance(lg, NcclTestsLog) else parse_logs(lg, hint=hint))
+    ]
     if not parsed:
         raise InputError("--calibrate: give at least one nccl-tests log")
     runs = runs_notes(parsed)

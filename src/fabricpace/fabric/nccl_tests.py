@@ -356,8 +356,9 @@ def parse_log(
     The op comes from (in order) ``op``, a ``*_perf`` name in the text, the file name. Nodes come from
     ``nodes`` or the distinct host names of the ``Rank`` lines (``-g 8`` / ``-t`` runs list one line per
     GPU under one process, so hosts, not processes, are counted); an abridged list is read by
-    ``nccl_tests_layout``, where ``hint`` gives GPUs per node when neither the list nor the file name can
-    (the log's ``assumed`` says so). Raises ParseError with ``file:line``.
+    ``nccl_tests_layout``, where ``hint`` gives GPUs per node when neither the list nor the file name can;
+    a table without rank lines takes its nodes from the file name (``n4_all_reduce.log``) and GPUs per
+    node from ``hint`` (the log's ``assumed`` says what was assumed). Raises ParseError with ``file:line``.
     """
     p = Path(path)
     return parse_lines(p, _read_lines(p), op=op, nodes=nodes, hint=hint)
@@ -537,6 +538,12 @@ def parse_lines(
     else:
         n_nodes = len(hosts) or _nodes_from_name(p.name)
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
+    if nranks is None and n_nodes and hint is not None:
+        # a table without rank lines (a pasted or extracted table): nodes from the file name (or ``nodes``),
+        # GPUs per node as the caller assumes them; the note says so
+        gpn, nranks = hint.gpus_per_node, n_nodes * hint.gpus_per_node
+        where = "as given" if nodes is not None else "from the file name"
+        assumed = f"no '#  Rank' lines: {n_nodes} nodes {where}, {gpn} GPUs per node from {hint.source}"
     return NcclTestsLog(
         path=str(p),
         op=found_op,
