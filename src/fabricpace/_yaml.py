@@ -107,15 +107,29 @@ def read_yaml(path: Path) -> dict[str, Any]:
 def _model_at(model: Any, loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model that holds the field at ``loc`` (list indices and dict keys walked through)."""
     current: Any = model
+    in_list = False  # the last field walked was a list of models: an int part names one of its entries
     for part in loc:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            if isinstance(part, int) or part not in current.model_fields:
+        if isinstance(part, int):
+            # 'slow.0.factr': the index of a list entry (the suggestion used to stop at it)
+            if not in_list:
                 return None
-            current = current.model_fields[part].annotation
-        else:
+            in_list = False
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
-        current = _unwrap(current)
+        if part not in current.model_fields:
+            return None
+        annotation = current.model_fields[part].annotation
+        in_list = _is_list(annotation)
+        current = _unwrap(annotation)
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _is_list(tp: Any) -> bool:
+    """``list[X]`` or ``list[X] | None`` (tuples too)."""
+    if typing.get_origin(tp) in (list, tuple):
+        return True
+    return any(typing.get_origin(a) in (list, tuple) for a in typing.get_args(tp))
 
 
 def _unwrap(tp: Any) -> Any:
@@ -165,5 +179,20 @@ def validate(model: type[M], raw: dict[str, Any], *, source: str, docs: str) -> 
                 f"remove it (see {docs})"
             ) from exc
         if err["type"] == "missing":
-            msg = "required field is missing"
-        raise ConfigError(f"{source}: field '{field}': {msg}") from exc
+            raise ConfigError(
+                f"{source}: field '{field}': required field is missing; add it (see {docs})"
+            ) from exc
+        if err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # pydantic's prefix on a rule of ours says nothing
+        # the value got and the fix, as cluster files say it: "Input should be greater than 0" alone
+        # left the user to find which of several entries held the 0
+        raise ConfigError(f"{source}: field '{field}': {msg}{got_text(err)}; fix it (see {docs})") from exc
+
+
+def got_text(err: dict[str, Any]) -> str:
+    """' (got 0)' for the value a validation error refused; '' when that is a whole mapping (a rule
+    across fields: the message names the fields) or absent."""
+    got = err.get("input")
+    if got is None or isinstance(got, dict | list):
+        return ""
+    return f" (got {got!r})"

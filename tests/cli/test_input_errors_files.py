@@ -170,3 +170,68 @@ def test_workload_values_out_of_bounds_are_one_line(cli, tmp_path, change, needl
     w = tmp_path / "w.yaml"
     w.write_text(WORKLOAD.replace(*change))
     refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(w)), str(w), *needles)
+
+
+# ---- list entries, bound errors and mistyped scenario folders (audit 17 A1 finding 5) ------------------
+
+
+def test_a_misspelt_key_in_a_list_entry_gets_a_suggestion(cli, tmp_path, workload, refused):
+    # before: "unknown key 'slow.0.factr'; fix the spelling ..." without the nearest key, unlike
+    # top-level and nested mapping keys
+    n = tmp_path / "n.yaml"
+    n.write_text("slow: [{node: 1, factor: 1.2}, {node: 0, factr: 1.2}]\n")
+    refused(_sim(cli, tmp_path, "--cluster", "single-switch", "--workload", str(workload), "--noise",
+                  str(n)), str(n), "unknown key 'slow.1.factr' (did you mean 'factor'?)")
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "needles"),
+    [
+        ("noise", "slow: [{node: 1, factor: 0}]\n",
+         ("field 'slow.0.factor'", "greater than 0", "(got 0)", "; fix it (see docs/simulator.md)")),
+        ("noise", "jitter: {cv: 1.5}\n",
+         ("field 'jitter.cv'", "(got 1.5)", "; fix it (see docs/simulator.md)")),
+        ("workload", WORKLOAD.replace("batch_per_gpu: 16", "batch_per_gpu: 0"),
+         ("field 'batch_per_gpu'", "(got 0)", "; fix it (see docs/simulator.md)")),
+        ("scenario", "name: t\ncluster: single-switch\nworkload: WL\nstudy: {steps: -5}\n",
+         ("field 'study.steps'", "(got -5)", "; fix it (see docs/simulator.md)")),
+        ("scenario", "name: t\ncluster: single-switch\nstudy: {steps: 10}\n",
+         ("field 'workload': required field is missing", "; add it (see docs/simulator.md)")),
+    ],
+    ids=["noise-factor", "noise-cv", "workload-batch", "scenario-steps", "scenario-missing"],
+)
+def test_bound_errors_name_the_value_got_and_the_fix(cli, tmp_path, workload, kind, text, needles,
+                                                      refused):
+    # before: "field 'slow.0.factor': Input should be greater than 0" and nothing more, where a cluster
+    # file says "... (got 0); fix it (see docs/cluster-files.md)"
+    if kind == "scenario":
+        folder = tmp_path / "sc"
+        folder.mkdir()
+        f = folder / "scenario.yaml"
+        f.write_text(text.replace("WL", str(workload)))
+        args: tuple[str, ...] = ("--scenario", str(folder))
+    else:
+        f = tmp_path / f"{kind}.yaml"
+        f.write_text(text)
+        w = f if kind == "workload" else workload
+        args = ("--cluster", "single-switch", "--workload", str(w))
+        if kind == "noise":
+            args += ("--noise", str(f))
+    refused(_sim(cli, tmp_path, *args), str(f), *needles)
+
+
+def test_a_mistyped_scenario_folder_says_what_a_scenario_is_and_names_the_close_ones(cli, tmp_path,
+                                                                                      refused):
+    # before: "sc/s01-tiny-dgx-rnk3: file not found; use a YAML file or one of the presets: paper" —
+    # a scenario is a folder, and passing scenario.yaml itself is not what the user meant
+    root = tmp_path / "sc"
+    for name in ("s01-tiny-dgx-rank3", "s02-other"):
+        (root / name).mkdir(parents=True)
+        (root / name / "scenario.yaml").write_text("name: t\ncluster: single-switch\nworkload: gpt-1.3b\n")
+    line = refused(_sim(cli, tmp_path, "--scenario", str(root / "s01-tiny-dgx-rnk3")),
+                   "no such scenario folder", f"did you mean {str(root / 's01-tiny-dgx-rank3')!r}",
+                   "a scenario is a folder holding scenario.yaml", "or a preset: paper")
+    assert "use a YAML file" not in line
+    line = refused(_sim(cli, tmp_path, "--scenario", "papr"), "papr:", "no such scenario folder",
+                   "did you mean 'paper'")
+    assert "use a YAML file" not in line

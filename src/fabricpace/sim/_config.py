@@ -6,6 +6,7 @@ so the CLI can print it and exit 2 without a traceback.
 
 from __future__ import annotations
 
+import difflib
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from fabricpace._yaml import validate as _validate
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["data_dir", "presets", "read_yaml", "resolve", "validate"]
+__all__ = ["close_hint", "data_dir", "presets", "read_yaml", "resolve", "validate"]
 
 
 def data_dir(kind: str) -> Path:
@@ -53,6 +54,15 @@ def resolve(name_or_path: str | Path, kind: str) -> tuple[Path, bool]:
         return shipped_dir, True
     looks_like_file = text.endswith((".yaml", ".yml")) or "/" in text
     what = "file not found" if looks_like_file else f"unknown {kind.removesuffix('s')} preset"
+    # a scenario is a folder (scenario.yaml and the files it names), not a YAML file
+    use = "a scenario folder (one holding scenario.yaml)" if kind == "scenarios" else "a YAML file"
     raise ConfigError(
-        f"{text}: {what}; use a YAML file or one of the presets: {', '.join(presets(kind)) or '(none)'}"
+        f"{text}: {what}{close_hint(Path(text).name, presets(kind))}; use {use} or one of the presets: "
+        f"{', '.join(presets(kind)) or '(none)'}"
     )
+
+
+def close_hint(name: str, names: list[str]) -> str:
+    """' (did you mean 'gpt-1.3b'?)' for a mistyped name among ``names``, or ''."""
+    close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

@@ -13,13 +13,14 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fabricpace._errors import ConfigError
-from fabricpace.sim._config import read_yaml, resolve, validate
+from fabricpace.sim._config import presets, read_yaml, resolve, validate
 
 
 class StudyDefaults(BaseModel):
@@ -83,7 +84,39 @@ def _local(folder: Path, ref: str, *, file: Path, field: str) -> str:
     return ref
 
 
+def _scenario_folders(parent: Path) -> list[str]:
+    """Names of the scenario folders (those holding scenario.yaml) directly under ``parent``."""
+    try:
+        return sorted(p.name for p in parent.iterdir() if (p / "scenario.yaml").is_file())
+    except OSError:
+        return []
+
+
+def _not_found(text: str) -> ConfigError:
+    """A ``--scenario`` that is neither a path nor a preset: say what a scenario is and name the close
+    folders next to the one given and the close presets. The shared wording "use a YAML file" sent the
+    user to pass scenario.yaml itself when the folder name had a typo (audit 17 A1)."""
+    given = Path(text)
+    parent = given.parent
+    near = [str(parent / n) if str(parent) != "." else n for n in
+            difflib.get_close_matches(given.name, _scenario_folders(parent), n=2, cutoff=0.6)]
+    if (parent / "scenario.yaml").is_file():
+        near.insert(0, str(parent))  # 'DIR/scenario.yml' or 'DIR/scenaro.yaml': the folder itself
+    if "/" not in text:
+        near += [p for p in difflib.get_close_matches(text, presets("scenarios"), n=2, cutoff=0.6)
+                 if p not in near]
+    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    return ConfigError(
+        f"{text}: no such scenario folder or preset{hint}; a scenario is a folder holding scenario.yaml "
+        f"(and the files it names), or a preset: {', '.join(presets('scenarios')) or '(none)'}"
+    )
+
+
 def load_scenario(name_or_dir: str | Path) -> Scenario:
+    text = str(name_or_dir)
+    shipped = "/" not in text and text in presets("scenarios")
+    if not Path(text).exists() and not shipped:
+        raise _not_found(text)
     path, _ = resolve(name_or_dir, "scenarios")
     folder = path if path.is_dir() else path.parent
     file = folder / "scenario.yaml" if path.is_dir() else path
