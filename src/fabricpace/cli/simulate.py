@@ -102,9 +102,42 @@ def _check_counts(*, window: int, warmup: int | None) -> None:
 
 def _default_warmup(steps: int, sc: Any) -> int:
     """simulate's warm-up without --warmup: the scenario's ``study.warmup`` (so that simulate and study
-    measure the same run over the same steps), else 20; fewer on short runs (two steps stay measured)."""
-    wanted = sc.study.warmup if sc is not None else 20
-    return min(wanted, max(steps - 2, 0))
+    measure the same run over the same steps), else 20; fewer on short runs (two steps stay measured).
+
+    A scenario whose file has no ``study:`` block gets study's default, 50, which is what ``study``
+    leaves out of that scenario's runs; the help used to read "else 20" and a user took it for 20."""
+    return min(_wanted_warmup(sc), max(steps - 2, 0))
+
+
+def _wanted_warmup(sc: Any) -> int:
+    return int(sc.study.warmup) if sc is not None else 20
+
+
+# Fewer measured steps than this and the summary's CV (and p99) describe noise, not the run: a 30-step
+# run of a scenario printed "2 steps after warm-up ... CV 0.000" without a word (audit 17 A1).
+FEW_MEASURED = 10
+
+
+def _few_steps_note(*, steps: int, skip: int, explicit: bool, sc: Any) -> str | None:
+    """One line when the warm-up leaves fewer than FEW_MEASURED steps measured: how many, why, the fix."""
+    measured = steps - skip
+    if measured >= FEW_MEASURED:
+        return None
+    wanted = skip if explicit else _wanted_warmup(sc)
+    if explicit:
+        why = f"--warmup {skip}"
+    else:
+        if sc is None:
+            source = f"the default {wanted}"
+        elif "warmup" in sc.study.model_fields_set:
+            source = f"the scenario's study.warmup {wanted}"
+        else:
+            source = f"study's default {wanted}, as scenario.yaml sets no study.warmup"
+        why = f"warm-up {skip} ({source}{', lowered to fit' if skip < wanted else ''})"
+    return (
+        f"note: only {count(measured, 'step')} measured of {steps} after {why}; a throughput, CV and p99 "
+        f"of so few steps say little: run --steps {wanted + FEW_MEASURED} or more, or lower --warmup"
+    )
 
 
 def study_table(rows: list[dict[str, Any]], title: str, *, width: int | None = None) -> Any:
@@ -158,8 +191,8 @@ def register(app: typer.Typer) -> None:
         warmup: int | None = typer.Option(
             None,
             "--warmup",
-            help="steps left out of the printed summary (default: the scenario's study.warmup, else 20; "
-            "fewer on short runs)",
+            help="steps left out of the printed summary (default: the scenario's study.warmup, 50 when "
+            "scenario.yaml sets none, as study does; else 20; fewer on short runs)",
         ),
         fmt: str = typer.Option("table", "--format", help="table | json"),
     ) -> None:
@@ -224,6 +257,9 @@ def register(app: typer.Typer) -> None:
             )
         skip = _default_warmup(steps, sc) if warmup is None else warmup
         summary = summarize_run(load_run(run_dir, tables=("steps",)), skip)
+        few = _few_steps_note(steps=steps, skip=skip, explicit=warmup is not None, sc=sc)
+        if few is not None:
+            typer.echo(few, err=True)  # stderr: --format json keeps stdout one JSON document
         if fmt == "json":
             typer.echo(json.dumps({"run_dir": str(run_dir), "warmup": skip, **summary}))
             return
