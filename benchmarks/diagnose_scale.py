@@ -11,6 +11,11 @@ Cases (``--cases``, comma-separated):
 * ``synB``: synthetic, ``--ranks`` × ``--steps`` with ``--buckets`` buckets per step;
 * ``paperX``: the paper scenario on ``--nodes`` nodes × ``--steps`` steps (e.g. 64 × 1,200: 123 M rows,
   more than the old code can hold here — measure it without ``--old-src``);
+* ``obs1024`` / ``all1024``: the same rows (synthetic, 1,024 ranks × 200 steps) laid out as the observer
+  writes them (``TABLE/rank-NNNNN/part-NNNNNN.parquet``, a part per 50 steps: 8,192 part files) and
+  as the synthetic writer does (``TABLE/all/``, one file per table). Every other case uses the
+  ``all/`` layout, which hid a cost of 3-5 ms per part file (audit 17 A3: 21-46 s against 2.4-7 s);
+  ``obsB`` is ``synB`` in the observer layout;
 * ``dir:PATH``: an existing run directory (e.g. one whose steps table has no ``wait_ns``, as imported
   traces: then each rank-step's wait is the union of its collectives' wait intervals).
 
@@ -85,6 +90,38 @@ def make_synthetic(out: Path, ranks: int, steps: int, buckets: int) -> Path:
     return path
 
 
+def make_observer_layout(src: Path, part_steps: int = 50) -> Path:
+    """``src`` (tables in ``TABLE/all/``) rewritten as an observer writes it: a folder per rank and a
+    part per ``part_steps`` steps, numbered from 0, rows in (step) order within each rank."""
+    import shutil
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    path = src.with_name(src.name + f"-obs{part_steps}")
+    if (path / "manifest.json").exists():
+        return path
+    t0 = time.perf_counter()
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("all", "diagnosis.json", "manifest.json"))
+    for table in ("steps", "collectives"):
+        t = pq.read_table(src / table / "all").sort_by([("rank", "ascending"), ("step", "ascending")])
+        ranks, steps = t.column("rank").to_numpy(), t.column("step").to_numpy()
+        starts = np.r_[0, np.flatnonzero(np.diff(ranks) != 0) + 1]
+        ends = np.r_[starts[1:], len(ranks)]
+        for a, b in zip(starts, ends, strict=True):
+            folder = tmp / table / f"rank-{int(ranks[a]):05d}"
+            folder.mkdir(parents=True)
+            cuts = np.r_[0, np.flatnonzero(np.diff(steps[a:b] // part_steps) != 0) + 1, b - a]
+            for k in range(len(cuts) - 1):
+                pq.write_table(t.slice(a + cuts[k], cuts[k + 1] - cuts[k]), folder / f"part-{k:06d}.parquet")
+    shutil.copy2(src / "manifest.json", tmp / "manifest.json")  # last: a complete copy
+    tmp.rename(path)
+    print(f"relaid {path} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return path
+
+
 def make_paper(out: Path, nodes: int, steps: int) -> Path:
     path = out / f"paper-{nodes}x{steps}"
     if (path / "manifest.json").exists():
@@ -146,6 +183,9 @@ def main() -> None:
         "paper64": lambda: make_paper(args.out, 64, 300),
         "synB": lambda: make_synthetic(args.out, args.ranks, args.steps, args.buckets),
         "paperX": lambda: make_paper(args.out, args.nodes, args.steps),
+        "all1024": lambda: make_synthetic(args.out, 1024, 200, 2),
+        "obs1024": lambda: make_observer_layout(make_synthetic(args.out, 1024, 200, 2)),
+        "obsB": lambda: make_observer_layout(make_synthetic(args.out, args.ranks, args.steps, args.buckets)),
     }
     versions = [("new", NEW_SRC)] + ([("old", args.old_src.resolve())] if args.old_src else [])
     table: list[tuple[str, int, str, str, dict[str, float], object, bool | None]] = []

@@ -6,6 +6,7 @@ before, polars tracebacks (exit 1), and ``diagnose`` and ``export`` accepted a t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,14 +79,14 @@ def test_unreadable_folder_is_a_warning(tmp_path, monkeypatch) -> None:
     """CLI audit 13: a collectives/ folder that cannot be listed (chmod 000) read as "no collectives
     recorded". Root ignores permissions, so listing is made to fail here."""
     run = write_synthetic(tmp_path / "np", SynthSpec(ranks=4, gpus_per_node=4, steps=30))
-    real = Path.iterdir
+    real = os.scandir
 
-    def iterdir(self: Path):  # type: ignore[no-untyped-def]
-        if self.name == "collectives":
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if Path(path).name == "collectives":
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(path)
 
-    monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(os, "scandir", scandir)
     data = load_run(run)
     assert any("collectives: unreadable folder skipped (Permission denied)" in w for w in data.warnings)
     chunks = StepChunks(run, "collectives")
