@@ -1,7 +1,12 @@
 """Plotly figures of the HTML report: heatmap, skew distribution, last arrivers, breakdown, scaling, timeline.
 
-Every figure is built from pre-aggregated numpy arrays (histograms are binned here, heatmaps binned in
-``data``), so a report of 1,024 ranks × 2,000 steps stays a few MB and opens fast.
+Every figure is built from pre-aggregated numpy arrays (histograms are binned here, heatmap steps binned
+in ``data`` to ≤ 300 columns and, above 300 ranks, ranks binned here to ≤ 300 rows), so the heatmap is
+at most ~1.4 MB whatever the run's size. Measured (synthetic runs, ``report --no-findings``): 5.9 / 6.0 /
+6.3 MB at 1,024 / 2,048 / 4,096 ranks × 200 steps and 6.3 MB at 1,024 × 2,000 steps, of which 4.8 MB
+is the inlined plotly.js; with one float64 row per rank and three views they were 12.0 / 19.0 / 33.1
+and 15.0 MB (the heatmap alone 27.7 MB at 4,096 ranks). The per-rank bars (last arrivers, breakdown)
+still grow with the ranks: 0.5 MB at 4,096.
 """
 
 from __future__ import annotations
@@ -73,13 +78,88 @@ def _tick_format(lo: float, hi: float) -> str:
     return f".{decimals}f"
 
 
-def heatmap(run: RunData, waits: pl.DataFrame | None = None) -> go.Figure:
-    """Rank × step heatmap of own compute (who is slow), with buttons for the time lost to late peers
-    (who waits) and step time (equal on every rank under synchronous training, so not the default)."""
-    ranks, cols, mats, per_col = rd.heatmap_matrices(run, waits=waits)
-    binned = f" (mean of {per_col} steps per column)" if per_col > 1 else ""
-    fig = go.Figure()
-    keys = [k for k in ("compute_ns", "skew_wait_ns", "dur_ns") if k in mats]
+HEATMAP_MAX_ROWS = 300
+"""Most rank rows the heatmap draws. The figure is at most 900 px high, about 750 px of plot: up to 300
+rows a rank's row is at least 2.5 px, one row can be seen and hovered. Above it ranks are binned."""
+
+# Per value, how a bin of ranks is reduced so that one slow rank stays visible: its own compute is the
+# bin's largest; a late rank is the one that waits least (its peers wait for it), so the bin's smallest
+# time lost to late peers. A mean over 8 or 16 ranks would dilute a 30% slow rank to 2-4%. Step time
+# (equal on every rank under synchronous training) is drawn only when neither of the two was recorded.
+_BIN_REDUCE = {"compute_ns": "max", "skew_wait_ns": "min", "dur_ns": "max"}
+
+
+def _binned_keys(mats: dict[str, np.ndarray]) -> list[str]:
+    keys: list[str] = [k for k in ("compute_ns", "skew_wait_ns") if k in mats]
+    return keys or [k for k in ("dur_ns",) if k in mats]
+
+
+def ranks_per_row(n_ranks: int, max_rows: int = HEATMAP_MAX_ROWS) -> int:
+    """Ranks in one heatmap row: 1 up to ``max_rows`` ranks, else the smallest power of two that brings
+    the rows under it (2, 4, 8, 16: bins fall on the node boundaries of 2-, 4- or 8-GPU nodes)."""
+    per = 1
+    while -(-n_ranks // per) > max_rows:
+        per *= 2
+    return per
+
+
+def bin_rank_rows(z: np.ndarray, per_row: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of ``z`` reduced ``per_row`` at a time by ``how`` ('max' or 'min') ignoring NaN, the row
+    index in ``z`` of the rank each cell took its value from; -1 where the bin has no value)."""
+    n, cols = z.shape
+    nbin = -(-n // per_row)
+    padded = np.full((nbin * per_row, cols), np.nan)
+    padded[:n] = z
+    blocks = padded.reshape(nbin, per_row, cols)
+    fill = -np.inf if how == "max" else np.inf
+    filled = np.where(np.isnan(blocks), fill, blocks)
+    pick = filled.argmax(axis=1) if how == "max" else filled.argmin(axis=1)
+    vals = np.take_along_axis(filled, pick[:, None, :], axis=1)[:, 0, :]
+    empty = ~np.isfinite(vals)
+    src = np.arange(nbin)[:, None] * per_row + pick
+    return np.where(empty, np.nan, vals), np.where(empty, -1, src)
+
+
+def _binned_heatmap(fig: go.Figure, ranks: np.ndarray, cols: np.ndarray, mats: dict[str, np.ndarray],
+                    per_row: int, binned: str) -> tuple[list[str], str]:
+    """Adds one trace per value of ``mats`` with ranks in bins of ``per_row`` (``_BIN_REDUCE``); returns
+    the titles and the note that says how. Step time is left out: under synchronous training it is equal
+    on every rank, and drawn per rank bin it was a third of the report's bytes for no information."""
+    nbin = -(-len(ranks) // per_row)
+    lo = ranks[np.arange(nbin) * per_row]
+    hi = ranks[np.minimum(np.arange(nbin) * per_row + per_row, len(ranks)) - 1]
+    rows = [f"{a}–{b}" for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    # Rank ids fit 16 bits below 32,768 ranks: half the bytes of the per-cell "which rank" array.
+    rank_dtype = np.int16 if int(ranks.max()) < np.iinfo(np.int16).max else np.int32
+    keys = _binned_keys(mats)
+    titles: list[str] = []
+    for i, key in enumerate(keys):
+        how = _BIN_REDUCE[key]
+        label = rd.HEATMAP_VALUES[key]
+        z, src = bin_rank_rows(mats[key], per_row, how)
+        who = np.where(src >= 0, ranks[np.maximum(src, 0)], -1).astype(rank_dtype)
+        rng = color_range(z)
+        extra: dict[str, object] = {} if rng is None else {"zmin": rng[0], "zmax": rng[1]}
+        word = "largest" if how == "max" else "smallest"
+        fig.add_trace(go.Heatmap(
+            z=z.astype(np.float32), x=cols, y=rows, customdata=who, colorscale="Viridis", visible=i == 0,
+            name=label, colorbar={"title": {"text": "ms"},
+                                  "tickformat": _tick_format(*rng) if rng else ".2f"},
+            hovertemplate=(f"ranks %{{y}}<br>step %{{x}}<br>{label}, {word} in the bin: %{{z:.2f}} ms "
+                           "(rank %{customdata})<extra></extra>"), **extra,
+        ))
+        titles.append(f"{label.capitalize()}, {word} in each bin of {per_row} ranks (rank bin × step)"
+                      f"{binned}")
+    note = (f"{len(ranks):,} ranks in {nbin} bins of {per_row}. Each cell shows the bin's slowest rank: "
+            "own compute is the largest in the bin, lost to late peers the smallest (a late rank waits "
+            "least);<br>hover names the rank. Step time, equal on every rank under synchronous training, "
+            "is not drawn per rank at this scale.")
+    return titles, note
+
+
+def _per_rank_heatmap(fig: go.Figure, ranks: np.ndarray, cols: np.ndarray, mats: dict[str, np.ndarray],
+                      keys: list[str], binned: str) -> list[str]:
+    """Adds one trace per value in ``keys``, a row per rank; returns the titles."""
     for i, key in enumerate(keys):
         label = rd.HEATMAP_VALUES[key]
         z = mats[key]
@@ -92,7 +172,25 @@ def heatmap(run: RunData, waits: pl.DataFrame | None = None) -> go.Figure:
             colorbar={"title": {"text": "ms"}, "tickformat": _tick_format(*rng) if rng else ".2f"},
             hovertemplate=f"rank %{{y}}<br>step %{{x}}<br>{label} %{{z:.2f}} ms<extra></extra>", **extra,
         ))
-    title = [f"Per-rank {rd.HEATMAP_VALUES[k]} (rank × step){binned}" for k in keys]
+    return [f"Per-rank {rd.HEATMAP_VALUES[k]} (rank × step){binned}" for k in keys]
+
+
+def heatmap(
+    run: RunData, waits: pl.DataFrame | None = None, *, max_rows: int = HEATMAP_MAX_ROWS
+) -> go.Figure:
+    """Rank × step heatmap of own compute (who is slow), with buttons for the time lost to late peers
+    (who waits) and step time (equal on every rank under synchronous training, so not the default).
+    Above ``max_rows`` ranks, ranks are binned (``ranks_per_row``) so that one slow rank stays visible."""
+    ranks, cols, mats, per_col = rd.heatmap_matrices(run, waits=waits)
+    binned = f" (mean of {per_col} steps per column)" if per_col > 1 else ""
+    fig = go.Figure()
+    per_row = ranks_per_row(len(ranks), max_rows)
+    if per_row > 1:
+        keys = _binned_keys(mats)
+        title, note = _binned_heatmap(fig, ranks, cols, mats, per_row, binned)
+    else:
+        keys = [k for k in ("compute_ns", "skew_wait_ns", "dur_ns") if k in mats]
+        title, note = _per_rank_heatmap(fig, ranks, cols, mats, keys, binned), ""
     if len(keys) > 1:
         buttons = [{"label": rd.HEATMAP_VALUES[k], "method": "update",
                     "args": [{"visible": [j == i for j in range(len(keys))]}, {"title.text": title[i]}]}
@@ -102,11 +200,20 @@ def heatmap(run: RunData, waits: pl.DataFrame | None = None) -> go.Figure:
     fig.update_xaxes(title_text="step")
     if len(cols) <= 30:
         fig.update_xaxes(tickmode="array", tickvals=list(cols))
-    fig.update_yaxes(title_text="rank", autorange="reversed")
+    if per_row > 1:  # category rows "1232–1239", top to bottom; plotly thins their labels to fit
+        fig.update_yaxes(title_text=f"ranks (bins of {per_row})", type="category", autorange="reversed",
+                         automargin=True)
+    else:
+        fig.update_yaxes(title_text="rank", autorange="reversed")
     if len(ranks) <= 32:  # whole ranks only (2 ranks read -0.5, 0, 0.5, 1, 1.5)
         fig.update_yaxes(tickmode="array", tickvals=list(ranks))
-    height = int(min(900, max(320, 14 * len(ranks) + 140)))
+    rows = -(-len(ranks) // per_row)
+    height = int(min(900, max(320, 14 * rows + 140)))
     fig = _layout(fig, title[0] if title else "Per-rank step time (rank × step)", height=height)
+    if note:  # below the step axis title, in the bottom margin
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left",
+                           yanchor="top", yshift=-42, showarrow=False, align="left", font={"size": 11})
+        fig.update_layout(margin={"b": 95})
     # The buttons sit in the top margin, between the title and the plot, not on the plot.
     return fig.update_layout(margin={"t": 95}) if len(keys) > 1 else fig
 
