@@ -136,6 +136,7 @@ def test_lab_replays_a_hosts_file_and_writes_its_cluster_and_hosts_files(tmp_pat
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"fabricpace diagnose {run} --cluster {run}/lab/cluster.yaml" in r.stdout
     assert f"--hosts {run}/lab/hosts.txt --bytes {GRAD_BYTES}" in r.stdout
+    assert f"--placement placed.txt --prefix {prefix} --out RUN_DIR" in r.stdout
     lab = json.loads((run / "lab" / "lab.json").read_text())
     assert lab["topology"]["rank_node"] == [0, 2, 1, 3]
     assert lab["topology"]["placement"] == "hosts file order.txt"

@@ -58,7 +58,7 @@ def _placement_option(text: str, backend: str) -> str | list[int] | None:
     return str(path.resolve())
 
 
-def _next_commands(res: dict[str, Any], scenario: str) -> list[str]:
+def _next_commands(res: dict[str, Any], scenario: str, world: int, prefix: str) -> list[str]:
     """The commands that read the lab's cluster and hosts files (lab backend only)."""
     run, cluster, hosts = res["run_dir"], res.get("cluster_file"), res.get("hosts_file")
     if not hosts:
@@ -72,7 +72,9 @@ def _next_commands(res: dict[str, Any], scenario: str) -> list[str]:
         f"  fabricpace diagnose {run} --cluster {cluster}",
         f"  fabricpace place --cluster {cluster} --hosts {hosts}"
         + (f" --bytes {size}" if size else "") + " --out placed.txt",
-        f"  fabricpace lab run --scenario {scenario} --placement placed.txt --out RUN_DIR",
+        f"  fabricpace lab run --scenario {scenario} --placement placed.txt"
+        + (f" --nodes {res['world']}" if res["world"] != world else "")
+        + (f" --prefix {prefix}" if prefix != "fp-" else "") + " --out RUN_DIR",
     ]
 
 
@@ -220,4 +222,5 @@ def register(app: typer.Typer) -> None:
                                     seed=seed, backend=backend, prefix=prefix,
                                     progress=fmt != "json" and sys.stderr.isatty(), placement=placed)
         _print(res, fmt, [f"{res['scenario']}: {res['world']} ranks, {res['steps']} steps, "
-                          f"pacing {pacing} -> {res['run_dir']}", *_next_commands(res, scenario)])
+                          f"pacing {pacing} -> {res['run_dir']}",
+                          *_next_commands(res, scenario, sc.world, prefix)])
