@@ -198,3 +198,10 @@ def test_the_note_names_the_lab_runs_own_cluster_and_hosts_files(recorded) -> No
     assert f"not priced without --cluster ({cl} describes" in note
     assert f"fabricpace place --cluster {cl} --hosts {hosts}" in note
     assert "fabricpace lab run --placement" in note
+
+
+def test_the_rank_order_note_is_printed_in_text_mode() -> None:
+    # The note was only in --format json: the text output read "verdict: healthy" with no word.
+    r = CliRunner().invoke(app, ["diagnose", str(_run("slow-inter"))], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "note: rank order" in r.output and "4 times where 2 would do" in r.output.replace("\n", " ")

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from fabricpace.diagnose.arrivals import interval_union
+from fabricpace.diagnose.scaling import SWEEP_SOURCES
 from fabricpace.run.reader import DEFAULT_CHUNK_ROWS, RunData, StepChunks
 
 MS = 1e6  # ns per ms
@@ -558,8 +559,8 @@ def scaling_rows(
     )
 
 
-# As diagnose's (diagnose/engine.py _SWEEP_SOURCES): runs whose "steps" are the message sizes of a sweep.
-SIZE_SWEEP_SOURCES = ("import:nccl-tests",)
+# Runs whose "steps" are the message sizes of a sweep: diagnose's own list, so the two never disagree.
+SIZE_SWEEP_SOURCES = SWEEP_SOURCES
 
 
 def is_size_sweep(run: RunData) -> bool:
