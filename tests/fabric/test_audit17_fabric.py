@@ -179,3 +179,38 @@ def test_compare_with_a_rankless_table_says_what_it_assumed(cli):
     assert r.returncode == 0, r.stderr
     assert "no '#  Rank' lines: 4 nodes from the file name, 4 GPUs per node from --gpus-per-node" in r.stderr
     assert "compared with 8 measured rows" in r.stderr
+
+
+# ---- A2 finding 4: provenance of logs that share one base name (per-job folders) -----------------------
+def _job_folders(tmp_path: Path) -> list[str]:
+    """ALCF's layout: every run's log is 'all_reduce_output.dat.5' inside its own 'nN.g4.<date>' folder."""
+    out = []
+    for n, folder in ((2, "n2.g4.2024-04-29-18-41-24"), (8, "n8.g4.2024-04-29-18-14-00")):
+        path = tmp_path / "results" / folder / "all_reduce_output.dat.5"
+        path.parent.mkdir(parents=True)
+        path.write_bytes((DATA / f"polaris_n{n}_all_reduce.log").read_bytes())
+        out.append(str(path))
+    return out
+
+
+def test_fit_source_names_the_job_folders_of_logs_with_one_base_name(cli, tmp_path):
+    """The source was 'fit:all_reduce_output.dat.5,all_reduce_output.dat.5' (base names only)."""
+    saved = tmp_path / "fit.yaml"
+    r = cli("collective", "--cluster", str(DATA / "polaris.yaml"), "--calibrate", *_job_folders(tmp_path),
+            "--nodes", "16", "--sizes", "1G", "--save-calibration", str(saved))
+    assert r.returncode == 0, r.stderr
+    source = ("fit:n2.g4.2024-04-29-18-41-24/all_reduce_output.dat.5,"
+              "n8.g4.2024-04-29-18-14-00/all_reduce_output.dat.5")
+    assert f"source: {source}" in saved.read_text()
+    assert "n2.g4.2024-04-29-18-41-24/all_reduce_output.dat.5" in " ".join(r.stdout.split())  # the title
+
+
+def test_shown_names_are_the_shortest_suffixes_that_tell_files_apart():
+    from fabricpace.fabric.nccl_tests_runs import shown_names
+
+    assert shown_names(["a/x/run.log", "b/x/run.log", "c/n4.log"]) == {
+        "a/x/run.log": "a/x/run.log", "b/x/run.log": "b/x/run.log", "c/n4.log": "n4.log"
+    }
+    assert shown_names(["run.log", "/abs/run.log"]) == {"run.log": "run.log", "/abs/run.log": "abs/run.log"}
+    twice = shown_names(["j1/a.dat", "j2/a.dat", "j2/a.dat"])  # one file given twice: one name
+    assert twice == {"j1/a.dat": "j1/a.dat", "j2/a.dat": "j2/a.dat"}

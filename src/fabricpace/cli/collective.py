@@ -346,19 +346,19 @@ def _with_op(paths: list[str], op: str, hint: LayoutHint) -> list[NcclTestsLog]:
     of being refused."""
     from dataclasses import replace
 
-    from fabricpace.fabric.nccl_tests_runs import parse_logs
+    from fabricpace.fabric.nccl_tests_runs import distinct_names, parse_logs
 
     out: list[NcclTestsLog] = []
-    for p in paths:
-        for log in parse_logs(p, hint=hint):
-            if log.op is None:
-                print(
-                    f"note: {log.name}: the log does not name its collective (no '*_perf' line, and the "
-                    f"file name does not say); taken as {op} (--op)",
-                    file=sys.stderr,
-                )
-                log = replace(log, op=op)
-            out.append(log)
+    # one log per run of each file; files of one base name (per-job folders) named by their folders
+    for log in distinct_names([lg for p in paths for lg in parse_logs(p, hint=hint)]):
+        if log.op is None:
+            print(
+                f"note: {log.name}: the log does not name its collective (no '*_perf' line, and the "
+                f"file name does not say); taken as {op} (--op)",
+                file=sys.stderr,
+            )
+            log = replace(log, op=op)
+        out.append(log)
     return out
 
 
@@ -400,15 +400,19 @@ def _score(
 ) -> str:
     """One paragraph: the model against measured rows it was not fitted to (32 MB-8 GB, out-of-place
     times, the sizes calibration uses), median and worst error and where the worst one is."""
+    from dataclasses import replace
+
     import numpy as np
 
-    from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
+    from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes, shown_names
 
     errs: list[tuple[float, int, int]] = []
     notes: list[str] = []  # what reading the logs left out (a failed run's missing sizes, other sweeps)
     n_logs, several = 0, False
+    shown = shown_names(paths)  # files of one base name (per-job folders) named by their folders
     for p in paths:
-        runs = parse_logs(p, hint=hint)
+        name = shown[str(Path(p))]
+        runs = [lg if name == Path(p).name else replace(lg, shown=name) for lg in parse_logs(p, hint=hint)]
         notes += runs_notes(runs)
         several |= len(runs) > 1
         if len(runs) > 1 and any(lg.op == op for lg in runs):
@@ -417,7 +421,7 @@ def _score(
             other = [lg for lg in runs if lg.op not in (None, op)]
             if other:
                 names = ", ".join(f"lines {lg.run[1]}-{lg.run[2]} ({lg.op})" for lg in other if lg.run)
-                notes.append(f"note: {Path(p).name}: compared its {op} runs only, leaving out {names}")
+                notes.append(f"note: {name}: compared its {op} runs only, leaving out {names}")
             runs = [lg for lg in runs if lg.op in (None, op)]
         for log in runs:
             n_logs += 1
@@ -482,16 +486,18 @@ def _plot(
     those the model was fitted to (``logs``) and those it was not (``held``)."""
     import numpy as np
 
-    from fabricpace.fabric.nccl_tests_runs import parse_logs
+    from fabricpace.fabric.nccl_tests_runs import parse_logs, shown_names
     from fabricpace.report.fabric_figures import busbw_figure, write_figure
 
     measured: list[dict[str, Any]] = []
+    shown = shown_names([*logs, *held])
     for p, fitted in [*((p, True) for p in logs), *((p, False) for p in held)]:
         for log in parse_logs(p, hint=hint):  # one per run of a file that holds several
             if log.op not in (None, op) or log.nodes is None:
                 continue
+            source = shown[str(Path(p))] + log.name.removeprefix(Path(p).name)  # and which run of the file
             measured += [
-                {"nodes": log.nodes, "bytes": r.size, "busbw_gbps": r.busbw, "source": log.name,
+                {"nodes": log.nodes, "bytes": r.size, "busbw_gbps": r.busbw, "source": source,
                  "fitted": fitted}
                 for r in log.rows
                 if r.busbw > 0

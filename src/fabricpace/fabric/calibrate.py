@@ -40,7 +40,7 @@ from fabricpace.fabric.collectives import (
 )
 from fabricpace.fabric.nccl_tests import NcclTestsLog
 from fabricpace.fabric.nccl_tests_layout import LayoutHint
-from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
+from fabricpace.fabric.nccl_tests_runs import distinct_names, parse_logs, runs_notes
 
 FITTED = ("net_efficiency", "tree_efficiency", "nvls_tree_efficiency", "base_us", "net_overhead_us")
 # Below these fitted efficiencies the cluster file probably does not describe the logs' cluster: about
@@ -384,6 +384,7 @@ def calibrate_cluster(
     ]
     if not parsed:
         raise InputError("--calibrate: give at least one nccl-tests log")
+    parsed = distinct_names(parsed)  # per-job folders of one file name: the source names the folders
     runs = runs_notes(parsed)
     parsed, notes = _usable_logs(parsed, op)
     notes = runs + notes
@@ -460,7 +461,7 @@ def _with_op(lg: NcclTestsLog) -> str:
     """'n8.log (all_gather)'; 'sweep.log (run 2, lines 38-75: all_gather)' for one run of several."""
     if lg.run is None:
         return f"{lg.name} ({lg.op})"
-    return f"{Path(lg.path).name} (run {lg.run[0]}, lines {lg.run[1]}-{lg.run[2]}: {lg.op})"
+    return f"{lg.file_name} (run {lg.run[0]}, lines {lg.run[1]}-{lg.run[2]}: {lg.op})"
 
 
 def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> Fit:

@@ -149,6 +149,9 @@ class NcclTestsLog:
     out_of_bounds: int | None = None
     # how the node layout was assumed where the rank lines could not tell it (nccl_tests_layout), for a note
     assumed: str | None = None
+    # the path suffix that tells this file from others of the same base name given with it
+    # (nccl_tests_runs.distinct_names: 'n2.g4/all_reduce_output.dat.5'); None: the base name does
+    shown: str | None = None
 
     @property
     def wrong_rows(self) -> tuple[NcclTestsRow, ...]:
@@ -160,7 +163,13 @@ class NcclTestsLog:
     def name(self) -> str:
         """The file's name, and which run of it this is when it holds several: 'sweep.log (run 2, lines
         38-75)'."""
-        return Path(self.path).name + self._run_suffix()
+        return self.file_name + self._run_suffix()
+
+    @property
+    def file_name(self) -> str:
+        """The file's base name, or the shortest path suffix that tells it from the other files of that base
+        name given with it (``shown``)."""
+        return self.shown or Path(self.path).name
 
     @property
     def label(self) -> str:
@@ -173,7 +182,7 @@ class NcclTestsLog:
     def notes(self) -> list[str]:
         """What a reader of this log should know before fitting to it: rows left out, and why."""
         # a note with a line number names the file's line (the same in a file of several runs)
-        name, file, out = self.name, Path(self.path).name, []
+        name, file, out = self.name, self.file_name, []
         if self.assumed:
             out.append(f"note: {name}: {self.assumed}")
         if self.rows and self.other_sweeps:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from fabricpace.fabric.nccl_tests import (
     NcclTestsLog,
@@ -87,7 +87,7 @@ def runs_notes(logs: Sequence[NcclTestsLog]) -> list[str]:
         if log.run is not None:
             by_file.setdefault(log.path, []).append(log)
     out = []
-    for path, runs in by_file.items():
+    for runs in by_file.values():
         parts = []
         for log in runs:
             assert log.run is not None
@@ -96,7 +96,36 @@ def runs_notes(logs: Sequence[NcclTestsLog]) -> list[str]:
                 else f" ({log.nodes} nodes)" if log.nodes else ""
             )  # fmt: skip
             parts.append(f"{log.op or 'unknown collective'} lines {log.run[1]}-{log.run[2]}{ranks}")
-        out.append(
-            f"note: {Path(path).name}: {len(runs)} nccl-tests runs, each read as one log: {', '.join(parts)}"
-        )
+        what = f"{len(runs)} nccl-tests runs, each read as one log: {', '.join(parts)}"
+        out.append(f"note: {runs[0].file_name}: {what}")
     return out
+
+
+def shown_names(paths: Sequence[str]) -> dict[str, str]:
+    """How to name each path in provenance and notes: its base name, or, where several paths share one
+    (per-job folders that all hold 'all_reduce_output.dat.5'), the shortest suffix of each that tells them
+    apart ('n2.g4.x/all_reduce_output.dat.5'), the whole path as given at most. Keys are ``str(Path(p))``,
+    as ``NcclTestsLog.path`` holds them."""
+    keys = list(dict.fromkeys(str(PurePath(p)) for p in paths))
+    by_base: dict[str, list[str]] = {}
+    for key in keys:
+        by_base.setdefault(PurePath(key).name, []).append(key)
+    out = {key: PurePath(key).name for key in keys}
+    for same in by_base.values():
+        if len(same) < 2:
+            continue
+        parts = {key: PurePath(key).parts for key in same}
+        for k in range(2, max(len(x) for x in parts.values()) + 1):
+            suffix = {key: str(PurePath(*parts[key][-k:])) for key in same}
+            if len(set(suffix.values())) == len(same):
+                break
+        out.update(suffix)
+    return out
+
+
+def distinct_names(logs: Sequence[NcclTestsLog]) -> list[NcclTestsLog]:
+    """``logs`` with ``shown`` set where base names collide (``shown_names``), so that a fit's source
+    ('fit:n2.g4.x/all_reduce_output.dat.5,n8.g4.y/all_reduce_output.dat.5') and the notes say which file
+    each came from."""
+    shown = shown_names([lg.path for lg in logs])
+    return [lg if shown[lg.path] == Path(lg.path).name else replace(lg, shown=shown[lg.path]) for lg in logs]
