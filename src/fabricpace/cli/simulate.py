@@ -186,7 +186,9 @@ def register(app: typer.Typer) -> None:
         pacing: str = typer.Option("off", "--pacing", help="off | auto: pacing controller in the loop"),
         window: int = typer.Option(50, "--window", help="steps per window summary"),
         node_order: str = typer.Option(
-            "packed", "--node-order", help="packed (topology-sorted hostfile) | shuffled (rendezvous order)"
+            "packed", "--node-order",
+            help="packed (topology-sorted hostfile) | shuffled (rendezvous order) | node ids in rank order "
+            "(0,2,1,3) | a hosts file whose lines say node=K (place --out FILE --keep-tags writes one)",
         ),
         warmup: int | None = typer.Option(
             None,
@@ -225,6 +227,7 @@ def register(app: typer.Typer) -> None:
         from fabricpace.sim import simulate as run_sim
         from fabricpace.study.metrics import summarize_run
 
+        order_spec = _node_order_spec(node_order, nodes=nodes)
         controller = None
         if pacing == "auto":
             from fabricpace.fabric import load_cluster
@@ -234,7 +237,7 @@ def register(app: typer.Typer) -> None:
             g = cl.gpus_per_node
             if nodes > cl.nodes or nodes < 1:
                 raise InputError(f"--nodes {nodes}: cluster {cl.name!r} has 1..{cl.nodes} nodes")
-            launch = resolve_node_order(node_order, nodes=nodes, seed=seed)
+            launch = resolve_node_order(order_spec, nodes=nodes, seed=seed)
             controller = Controller(
                 nodes * g,
                 policies=twin_policies(load_workload(workload)),
@@ -253,7 +256,7 @@ def register(app: typer.Typer) -> None:
                 controller=controller,
                 progress=lambda n: bar.advance(task, n),
                 options=SimOptions(window=window),
-                node_order=node_order,
+                node_order=order_spec,
             )
         skip = _default_warmup(steps, sc) if warmup is None else warmup
         summary = summarize_run(load_run(run_dir, tables=("steps",)), skip)
@@ -410,3 +413,42 @@ def register(app: typer.Typer) -> None:
             )
         )
         typer.echo(f"wrote {plan.out_dir / 'study.json'}" + "".join(f", {p}" for p in written))
+
+
+def _node_order_spec(value: str, *, nodes: int) -> str | list[int]:
+    """--node-order as the simulator takes it: a named order, node ids in rank order, or the node=K tags
+    of a hosts file in rank order (``place``'s proposal, written with --keep-tags) — so the simulator
+    can apply the rank order ``place`` proposes."""
+    from fabricpace.sim import NODE_ORDERS
+
+    if value in NODE_ORDERS:
+        return value
+    if all(part.strip().isdigit() for part in value.split(",")):
+        order = [int(part) for part in value.split(",")]
+        if sorted(order) != list(range(nodes)):
+            raise InputError(
+                f"--node-order {value}: expected each node id 0..{nodes - 1} once ({nodes} nodes, --nodes)"
+            )
+        return order
+    path = Path(value)
+    if not path.is_file():
+        raise InputError(
+            f"--node-order {value!r}: not {', '.join(NODE_ORDERS)}, a list of node ids (0,2,1,3) or a "
+            "hosts file that exists"
+        )
+    from fabricpace.hostfile import parse_hosts
+
+    hosts = parse_hosts(path)
+    untagged = [h for h in hosts if h.node is None]
+    if untagged:
+        raise InputError(
+            f"{path}:{untagged[0].line}: host {untagged[0].name!r} has no node=K; the simulator needs each "
+            "host's node id (fabricpace place --out FILE --keep-tags keeps them)"
+        )
+    order = [int(h.node) for h in hosts if h.node is not None]
+    if sorted(order) != list(range(nodes)):
+        raise InputError(
+            f"{path}: its node= ids are {','.join(map(str, order))}; the simulator runs a {nodes}-node job "
+            f"(--nodes) on the cluster's nodes 0..{nodes - 1}: give each of them once, one host per node"
+        )
+    return order
