@@ -56,3 +56,24 @@ def test_cli_creates_missing_parent_folders_and_removes_them_on_failure(cli, tmp
     r = cli("import", "nccl-tests", str(_log(tmp_path / "n2_all_reduce.log")), "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert load_run(out).world_size == 8
+
+
+def test_abridged_device0_log_takes_gpus_per_node_from_the_option(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    # The real 4-node x 4-GPU Alps log (every rank 'device 0') with ranks 4..11 cut to '#  ...', named
+    # without a node count: the import used to read 16 nodes of 1 GPU; now --gpus-per-node settles it.
+    alps = Path(__file__).parents[1] / "fabric" / "data" / "alps_n4_all_reduce.out"
+    out, marked = [], False
+    for line in alps.read_text().splitlines(keepends=True):
+        if any(f"#  Rank {r:2d} " in line for r in range(4, 12)):
+            if not marked:
+                out.append(" 0: #  ...\n")
+                marked = True
+            continue
+        out.append(line)
+    log = tmp_path / "alps_all_reduce.out"
+    log.write_text("".join(out))
+    r = cli("import", "nccl-tests", str(log), "--out", str(tmp_path / "run"), "--gpus-per-node", "4")
+    assert r.returncode == 0, r.stderr
+    assert "--gpus-per-node" in r.stderr  # the note says what was assumed
+    run = load_run(tmp_path / "run")
+    assert (run.world_size, run.manifest.nodes, run.manifest.gpus_per_node) == (16, 4, 4)

@@ -19,6 +19,7 @@ import numpy as np
 
 from fabricpace._errors import ParseError, RunDirError
 from fabricpace.fabric.nccl_tests import NcclTestsLog
+from fabricpace.fabric.nccl_tests_layout import LayoutHint
 from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes
 from fabricpace.importers.staging import list_sources, staged_dir
 from fabricpace.run.manifest import Manifest
@@ -31,9 +32,14 @@ _GAP_NS = 1_000  # between two measurements on the synthetic timeline
 def import_nccl_tests(src: str | Path, out: str | Path, *, gpus_per_node: int | None = None) -> Path:
     """Import one nccl-tests log (or a folder of logs of one job) into the new run directory OUT."""
     files = list_sources(src, SUFFIXES, what="nccl-tests log")
-    logs: list[NcclTestsLog] = [log for p in files for log in parse_logs(p)]
+    # --gpus-per-node also settles a log that cannot tell it (an abridged list whose ranks all say device 0)
+    hint = None if gpus_per_node is None else LayoutHint(gpus_per_node=gpus_per_node, source="--gpus-per-node")
+    logs: list[NcclTestsLog] = [log for p in files for log in parse_logs(p, hint=hint)]
     for note in runs_notes(logs):  # which runs a file of several held, told once before anything else
         print(note, file=sys.stderr)
+    for log in logs:  # what was assumed about a log (its GPUs per node, ...), as collective --calibrate says
+        if log.assumed:
+            print(f"note: {log.name}: {log.assumed}", file=sys.stderr)
     sizes = {log.nranks for log in logs}
     if None in sizes:
         bad = next(log for log in logs if log.nranks is None)
