@@ -33,7 +33,9 @@ def import_nccl_tests(src: str | Path, out: str | Path, *, gpus_per_node: int | 
     """Import one nccl-tests log (or a folder of logs of one job) into the new run directory OUT."""
     files = list_sources(src, SUFFIXES, what="nccl-tests log")
     # --gpus-per-node also settles a log that cannot tell it (an abridged list whose ranks all say device 0)
-    hint = None if gpus_per_node is None else LayoutHint(gpus_per_node=gpus_per_node, source="--gpus-per-node")
+    hint = None if gpus_per_node is None else LayoutHint(
+        gpus_per_node=gpus_per_node, source="--gpus-per-node"
+    )
     logs: list[NcclTestsLog] = [log for p in files for log in parse_logs(p, hint=hint)]
     for note in runs_notes(logs):  # which runs a file of several held, told once before anything else
         print(note, file=sys.stderr)
