@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -77,7 +78,7 @@ def test_a_diagnosis_lists_each_folder_and_opens_each_part_once(
     parts = sum(1 for _ in run.glob("*/rank-*/part-*.parquet"))
     listed: list[str] = []
     opened: list[str] = []
-    real_scandir, real_listdir, real_pf = os.scandir, os.listdir, pq.ParquetFile
+    real_scandir, real_listdir, real_pf, real_os_file = os.scandir, os.listdir, pq.ParquetFile, pa.OSFile
 
     def scandir(path):  # type: ignore[no-untyped-def]
         listed.append(str(path))
@@ -89,12 +90,18 @@ def test_a_diagnosis_lists_each_folder_and_opens_each_part_once(
 
     class CountedFile(real_pf):  # type: ignore[misc,valid-type]
         def __init__(self, source, *args, **kwargs):  # type: ignore[no-untyped-def]
-            opened.append(str(source))
+            if isinstance(source, str | os.PathLike):
+                opened.append(str(source))
             super().__init__(source, *args, **kwargs)
+
+    class CountedOSFile(real_os_file):  # type: ignore[misc,valid-type]
+        def __init__(self, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            opened.append(str(path))  # (opened by the extension type's __cinit__)
 
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(os, "listdir", listdir)
     monkeypatch.setattr(pq, "ParquetFile", CountedFile)
+    monkeypatch.setattr(pa, "OSFile", CountedOSFile)
     # what diagnose reads: every table but the collectives, then the collectives twice in chunks
     data = load_run(run, tables=["ranks", "steps", "ops", "pacing"])
     chunks = [StepChunks(run, "collectives", categorical=True) for _ in range(2)]
@@ -113,8 +120,6 @@ def test_schema_change_between_parts_and_an_unreadable_part(runs: tuple[Path, Pa
     """Parts written by an older version (no ``samples``, ``paced_ns``; ``step`` as int32) among new
     ones are read together, the missing columns null; an unreadable part is a warning, its steps
     left out for every rank (coverage), the other parts still read."""
-    import pyarrow as pa
-
     run = shutil.copytree(runs[1], tmp_path / "obs")
     for rank in (2, 5):
         part = run / "steps" / f"rank-{rank:05d}" / "part-000001.parquet"

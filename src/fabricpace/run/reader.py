@@ -333,7 +333,9 @@ def _held(frame: pl.DataFrame, keys: list[str], after: int) -> pl.Series | None:
     return pl.Series("held", mask)
 
 
-# Rows per chunk when a table is streamed: ~1 GB peak for the collectives (diagnose, report).
+# Rows per chunk when a table is streamed (the collectives in diagnose, report): bounds the collectives'
+# share of memory only; what callers keep per rank and step (the steps table, matrices) grows with
+# ranks x steps (audit 17 A3: ~320 B per rank-step in diagnose).
 DEFAULT_CHUNK_ROWS = 4_000_000
 
 
