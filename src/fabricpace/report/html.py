@@ -174,6 +174,17 @@ def findings_html(diag: dict[str, Any] | None, note: str | None) -> str:
             " of step time</div>"
             f"<div><b>Recommendation:</b> {_esc(f.get('recommendation', '–'))}</div></div>"
         )
+    # Per-run notes a user must not miss even when the verdict is "healthy": culprits left out of the
+    # loss, and a ring that crosses leaves more often than it must (both printed by diagnose's text too).
+    run_notes = [
+        f"{Path(str(r.get('path', '?'))).name}: {n['note']}"
+        for r in runs
+        for key in ("left_out_culprits", "ring_leaf_crossings")
+        if isinstance(n := (r.get("metrics") or {}).get(key), dict) and n.get("note")
+    ]
+    if run_notes:
+        items = "".join(f"<li>{_esc(t)}</li>" for t in run_notes)
+        out.append(f'<div class="note"><b>Notes</b>:<ul>{items}</ul></div>')
     abstained = diag.get("abstained") or []
     if abstained:
         texts = [
