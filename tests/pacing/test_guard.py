@@ -117,3 +117,37 @@ def test_a_probe_window_is_an_early_look_not_a_pair():
     t2.probe = 1
     t2.record(1, 80.0, 1.0)
     assert g2.verdict(1).decide == "keep"
+
+
+def test_a_level_shift_before_the_trial_is_not_drift():
+    """Audit 17: node 2 3x slow from step 200. The jump into the fault (+196%) was one of four changes
+    between untreated windows; its SD (0.98) widened every CI to +-66% even after 6 pairs, so a -49.7%
+    gain was never kept. A jump to a level that then stays is not the window-to-window wander."""
+    from fabricpace.pacing.guard import drift_sd, level_shifts
+
+    c = PacingConfig()
+    onset = np.array([0.002, -0.003, 0.001, 1.96])
+    assert level_shifts(onset, c).tolist() == [False, False, False, True]
+    assert 0 < drift_sd(onset, c) < 0.01
+    # every node x1.3 at step 100, then node 2 x1.5 at 200 (two jumps the same way, audit s17)
+    assert drift_sd(np.array([0.001, 0.30, -0.002, 0.41]), c) == 0.0  # two calm changes: too few
+    # a host whose load comes and goes (up, then back down) is drift, however rare the swings
+    toggle = np.array([0.0, 0.30, 0.001, -0.23, 0.002])
+    assert not level_shifts(toggle, c).any() and drift_sd(toggle, c) > 0.15
+    busy = np.array([0.10, -0.10, 0.11, -0.12, 0.02])
+    assert not level_shifts(busy, c).any()
+    assert not level_shifts(onset, PacingConfig(guard_shift_k=0)).any()  # off: every change counts
+
+
+def test_a_step_time_ci_never_reaches_below_minus_100_percent():
+    """A widened CI on a relative change once read "-49.8% (-115.4%..+15.7% CI)"; a step time cannot
+    shrink by more than all of it."""
+    g = Guard(PacingConfig())
+    t = g.start(policy="rebalance", on=PacingState(gc_interval=10), off=PacingState(), window=0, reason="x")
+    t.drift_sd = 1.0
+    t.arms[0] = "off"
+    t.record(0, 2657.0, 1.0)
+    g.state_for(1)
+    t.record(1, 1336.0, 1.0)
+    v = g.verdict(1)
+    assert v.decide == "continue" and v.ci_low == -1.0 and v.ci_high > 0

@@ -156,6 +156,14 @@ class PacingConfig:
     # were seen (earlier, only the within-window spread is known).
     guard_drift_windows: int = 8
     guard_drift_min: int = 3
+    # A change between untreated windows beyond `guard_shift_k` times the spread of the smaller half of
+    # the changes (at least `guard_shift_floor`) is a level shift, not drift, when all such changes go
+    # the same way (a fault that began or ended and stayed: the level moved once and did not come
+    # back); it is left out of the drift (0 = off: every change counts). Audit 17: node 2 3x slow from
+    # step 200 put its +196% jump into the drift (SD 0.98), every CI was +-66% even after 6 pairs and
+    # a -49.7% gain was never kept.
+    guard_shift_k: float = 4.0
+    guard_shift_floor: float = 0.01
     # After a revert, wait this many windows before trying the same policy again (doubles each time).
     guard_cooldown: int = 4
     # Kept policies are re-checked with one control window pair every this many windows (0 = never).

@@ -26,7 +26,7 @@ import numpy as np
 
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries, merge_windows
-from fabricpace.pacing.guard import Guard, Verdict
+from fabricpace.pacing.guard import Guard, Verdict, drift_sd
 from fabricpace.pacing.moves import Candidate, Pending, unconfirmed
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.state import Decision, PacingState
@@ -282,7 +282,7 @@ class Controller:
     # ------------------------------------------------------------------------------------ internals
     def _drift_sd(self) -> float:
         """Standard deviation of the relative change between consecutive untreated windows that ran
-        the same state (0 with fewer than ``guard_drift_min`` such changes).
+        the same state, level shifts left out (0 with fewer than ``guard_drift_min`` such changes).
 
         A trial pair compares two different windows, so its noise is not only the spread of steps
         inside each window (what the within-window CI sees) but also how much the host changes from
@@ -296,9 +296,9 @@ class Controller:
             for (sa, a, wa), (sb, b, wb) in itertools.pairwise(h)
             if sa == sb and a > 0 and wb == wa + 1
         ]
-        if len(d) < self.config.guard_drift_min:
-            return 0.0
-        return float(np.std(d, ddof=1))
+        # (A straggler that appeared before the trial and stayed is a level shift, not drift: left
+        # out there.)
+        return drift_sd(np.asarray(d), self.config)
 
     def _observe_transfer(self, fleet: Fleet) -> None:
         """Compare this window's transfer with its quiet level: the median of earlier ungated windows.
@@ -379,9 +379,14 @@ class Controller:
             # slowness moved elsewhere (it wanders between nodes), so a second pair would only run the
             # move once more; from now on a new straggler must persist for two windows.
             v = replace(v, decide="revert")
-            self._stragglers_wander = True
-            self._decide(out, step, "rebalance", "note", v.estimate, gone + ": the straggler did not "
-                         "persist; new stragglers must now persist for two windows before a move is tried")
+            if trial.off.shares is None:
+                # Only a first move tells whether a new straggler persists: a further move on top of a
+                # kept one is a correction of a straggler that did persist (audit 17: noise-driven
+                # corrections switched a run with one steady 25% straggler to the slower mode).
+                self._stragglers_wander = True
+                gone += ": the straggler did not persist; new stragglers must now persist for two " \
+                    "windows before a move is tried"
+            self._decide(out, step, "rebalance", "note", v.estimate, gone)
         elif gone is not None and v.pairs >= 1 and (first or v.decide == "keep"):
             # The straggler left (a fault that ended where the proposing window ended): the move has
             # nothing to relieve. Not "kept" even when the ON window is faster — it is compared with the

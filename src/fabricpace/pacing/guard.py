@@ -13,8 +13,9 @@ policy, which then runs on for up to ``guard_extend_pairs`` pairs. With few pair
 noise it did not sample, so the CI is widened to at least the normal CI implied by the windows'
 within-window spread (inflated by ``guard_se_inflation`` for autocorrelation between steps), and at
 least to the CI implied by the drift between consecutive untreated windows measured before the trial
-(``Trial.drift_sd``, set by the controller): on a shared host the load changes from one window to the
-next, which no within-window spread shows.
+(``Trial.drift_sd``, set by the controller with ``drift_sd``): on a shared host the load changes from
+one window to the next, which no within-window spread shows. A level shift before the trial (a
+straggler that appeared and stayed) is not such a change and is left out of it (``level_shifts``).
 
 The bootstrap RNG is seeded from the config seed and the window index, so every rank — and the
 simulator's twin — reaches the same verdict from the same summaries.
@@ -61,6 +62,46 @@ def block_bootstrap_ci(
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return float(diffs.mean()), float(lo), float(hi)
+
+
+def level_shifts(changes: np.ndarray, config: PacingConfig) -> np.ndarray:
+    """Which of the relative changes between consecutive untreated windows are level shifts.
+
+    Drift is how much a window differs from the one before it while nothing changes in the job: on a
+    shared host the load comes and goes, in both directions, again and again. A straggler that appears
+    mid-run (or a fault that ends) is one jump to a new level that then stays: it says nothing about
+    the difference between two windows of a trial that runs after it, yet one +196% jump among four
+    changes made the drift SD 0.98 and the CI +-66% after 6 pairs (audit 17, node 2 3x slow from step
+    200). So the smaller half of the changes sets the drift's scale (it is never a shift: the bulk of
+    the changes is the drift), and a larger change is a shift when it lies beyond ``guard_shift_k``
+    times the RMS of the smaller ones that are not shifts (at least ``guard_shift_floor``, so a host
+    with near-equal windows does not call 1% a shift). Shifts are left out only when they all go the
+    same way: a level that moved and came back (load toggling every few windows, a straggler that came
+    and went) is the wander the drift must keep seeing."""
+    d = np.asarray(changes, dtype=np.float64)
+    shift = np.zeros(d.size, dtype=bool)
+    if config.guard_shift_k <= 0 or d.size == 0:
+        return shift
+    order = np.argsort(np.abs(d), kind="stable")
+    keep = (d.size + 1) // 2  # the smaller half (rounded up) is the drift's own scale
+    for j, i in enumerate(order[keep:], start=keep):
+        calm = d[order[:j]][~shift[order[:j]]]
+        scale = max(config.guard_shift_floor, float(np.sqrt(np.mean(calm**2))) if calm.size else 0.0)
+        # sorted by size: once one change is a shift, every larger one is too
+        shift[i] = bool(shift[order[j - 1]]) or abs(d[i]) > config.guard_shift_k * scale
+    if shift.any() and not (np.all(d[shift] > 0) or np.all(d[shift] < 0)):
+        return np.zeros(d.size, dtype=bool)  # up and down: the level wanders, which is drift
+    return shift
+
+
+def drift_sd(changes: np.ndarray, config: PacingConfig) -> float:
+    """Standard deviation of the changes between consecutive untreated windows, level shifts left out
+    (0 with fewer than ``guard_drift_min`` changes left: too few to measure drift)."""
+    d = np.asarray(changes, dtype=np.float64)
+    d = d[~level_shifts(d, config)]
+    if d.size < config.guard_drift_min:
+        return 0.0
+    return float(np.std(d, ddof=1))
 
 
 @dataclass(kw_only=True)
@@ -215,7 +256,9 @@ class Guard:
             # ...and to the CI implied by the window-to-window drift measured before the trial.
             half = max(half, z * self.trial.drift_sd / float(np.sqrt(n)))
             lo, hi = min(lo, est - half), max(hi, est + half)
-        return est, lo, hi
+        # A step time cannot shrink by more than all of it: a widened CI below -100% only misreads
+        # (the audit's "-115.4%..+15.7%"); keep and revert never depend on the low end below it.
+        return est, max(lo, -1.0), hi
 
     def finish(self) -> None:
         self.trial = None

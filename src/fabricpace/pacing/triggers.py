@@ -58,7 +58,8 @@ def gc_candidate(
         "gc",
         replace(k, gc_interval=interval),
         f"GC pauses cost {fleet.gc_share * 100:.1f}% of step time at unaligned steps "
-        f"({fleet.gc_per_step:.2g} collections per rank and step): trying lockstep collection "
+        f"({fleet.gc_mean_per_step:.2g} collections per rank and step, on "
+        f"{fleet.gc_ranks * 100:.0f}% of ranks): trying lockstep collection "
         f"every {interval} step{'s' if interval > 1 else ''}",
         -1,
     )
