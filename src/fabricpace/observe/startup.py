@@ -106,6 +106,67 @@ def fresh_dir(path: Path, rank: int = 0) -> Path:
     return candidate
 
 
+# File descriptors kept free for the job's own files, sockets and pipes (data loader workers, logs,
+# checkpoints) besides those open at start and the observer's gloo group.
+FD_SPARE = 256
+
+
+def fds_open() -> int:
+    """Descriptors this process has open now (64, a guess, where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 64
+
+
+def fd_plan(soft: int, hard: int, *, world: int, open_now: int) -> tuple[int, int | None]:
+    """(need, soft limit to set) for the observer's gloo group: gloo connects every rank of a group
+    to every other (a full mesh: world − 1 sockets per process, 4,095 at 4,096 ranks), so the group
+    needs ``open_now + world + FD_SPARE`` descriptors. The second item is None when the soft limit
+    already allows that, else twice the need (room for the job to grow), at most the hard limit;
+    when even the hard limit is short it is the hard limit (the caller checks against ``need``).
+    ``-1`` is ``RLIM_INFINITY``."""
+    need = open_now + world + FD_SPARE
+    if soft < 0 or soft >= need:
+        return need, None
+    return need, 2 * need if hard < 0 else min(hard, 2 * need)
+
+
+def ensure_fds(world: int, rank: int) -> str | None:
+    """Make room for the observer's gloo group in this process's open-file limit (RLIMIT_NOFILE):
+    raise the soft limit when it is short (up to the hard limit; allowed without privileges). None
+    when there is room, else why there is not, in one line naming the limit and ``ulimit -n``.
+    Before, a job of more ranks than the soft limit (commonly 1,024) failed in gloo's connect, or
+    later in the job's own file opens (audit 17 A3 finding 5)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to check
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        inf = resource.RLIM_INFINITY
+        need, target = fd_plan(-1 if soft == inf else soft, -1 if hard == inf else hard,
+                               world=world, open_now=fds_open())
+        if target is None:
+            return None
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+            if soft >= need and rank == 0:
+                LOG.info("fabricpace observer: open-file limit raised to %d for its gloo group (%d ranks)",
+                         soft, world)
+    except (OSError, ValueError) as exc:  # the kernel refused (e.g. above fs.nr_open): check what is
+        LOG.info("fabricpace observer (rank %d): could not raise the open-file limit: %s", rank, exc)
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        need = fds_open() + world + FD_SPARE
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    return (f"rank {rank}'s open-file limit (RLIMIT_NOFILE) is {soft} and its hard limit "
+            f"{'unlimited' if hard == resource.RLIM_INFINITY else hard}, below the {need} the observer's "
+            f"gloo group needs (a socket per rank: {world} ranks, plus files open and {FD_SPARE} spare); "
+            f"raise it before launching, e.g. `ulimit -n {2 * need}`")
+
+
 def start_gate(store: Any, *, rank: int, world: int, session: int, timeout_s: float) -> None:
     """Wait (at most ``timeout_s``) until every rank has reached the observer's start, before the
     private gloo group is made; raise when the start is given up, on every rank alike.
@@ -120,6 +181,14 @@ def start_gate(store: Any, *, rank: int, world: int, session: int, timeout_s: fl
 
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     key = f"fabricpace-observer/gate/{restart}/{session}"
+    short = ensure_fds(world, rank)
+    if short is not None:
+        # Never arrive: the group cannot be made here, so no rank may make it (a rank connecting
+        # to a peer that never does waits gather_timeout_s, ~110 s before the gate). Why goes first,
+        # so a rank that reads "off" can say it.
+        store.set(f"{key}/why", short)
+        store.compare_set(f"{key}/go", "", "off")
+        raise RuntimeError(f"{short}; the observer is off on every rank")
     arrived = int(store.add(f"{key}/arrived", 1))
     gave_up = False
     if arrived >= world:
@@ -133,6 +202,8 @@ def start_gate(store: Any, *, rank: int, world: int, session: int, timeout_s: fl
             gave_up = True
     if decision == b"on":
         return
+    if store.check([f"{key}/why"]):
+        raise RuntimeError(f"{bytes(store.get(f'{key}/why')).decode()}; the observer is off on every rank")
     if gave_up:
         missing = max(world - int(store.add(f"{key}/arrived", 0)), 1)
         raise RuntimeError(f"{missing} of {world} rank(s) had not reached observe() after gather_timeout_s "
