@@ -6,7 +6,8 @@ same clock, so the node's first rank (its *leader*) measures the offset and the 
 adopt it; ranks in rank 0's domain have offset 0 exactly. On a job of hundreds of nodes this turns
 thousands of exchanges into one per node.
 
-One round with a leader r (rank 0 serves the leaders one at a time):
+One round with a leader r (rank 0 serves the leaders one at a time; the waits that this makes grow
+with the number of leaders are budgeted per leader, see ``scaled_wait_s``):
 
     rank 0:  set go/r/i
     rank r:  wait go/r/i;  t1 = now_r();  set req/r/i = t1
@@ -29,6 +30,7 @@ Aligned time = local time − offset − t0, where t0 is rank 0's clock at run s
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +72,27 @@ def clock_domain(shift_ns: int = 0) -> str | None:
     return f"{boot}+{shift_ns}" if shift_ns else boot
 
 
+# Waits that grow with the job (audit 17 A3 finding 4): rank 0 serves the leaders one at a time, so
+# a node's other ranks wait for clock_rounds × leaders round trips before their leader's result exists,
+# and a leader waits for rank 0 to serve every other leader between two of its own rounds. Measured
+# 1.1–1.4 ms per leader-round (benchmarks/clock_align.py, real TCPStore, 7 and 15 leaders); budgeted
+# at LEADER_ROUND_S, 4× that, on top of store_timeout_s, at most WAIT_MAX_S in all (a follower whose
+# leader died waits that long once, then its observer switches off). At 512 nodes (511 leaders) a
+# follower waits up to 20 + 511 × 12 × 5 ms = 50.7 s instead of 20 s, which ~7 s of serving reached
+# at ~1,500 nodes, or at 512 on a busy Store.
+LEADER_ROUND_S = 0.005
+# Rank 0 reads every rank's domain and writes every rank's role once per observer: a little per rank.
+PLAN_PER_RANK_S = 0.001
+WAIT_MAX_S = 300.0
+
+
+def scaled_wait_s(store_timeout_s: float, leader_rounds: int, *,
+                  per_round_s: float = LEADER_ROUND_S) -> float:
+    """A wait for ``leader_rounds`` serial exchanges by rank 0: ``store_timeout_s`` plus
+    ``per_round_s`` each, at most ``max(store_timeout_s, WAIT_MAX_S)``."""
+    return min(store_timeout_s + max(leader_rounds, 0) * per_round_s, max(store_timeout_s, WAIT_MAX_S))
+
+
 class ClockSync:
     """Repeated alignment exchanges of one rank. The first one also settles who measures (one leader
     per clock domain); later epochs reuse that plan."""
@@ -81,24 +104,59 @@ class ClockSync:
         self.channel, self.rank, self.world, self.now, self.rounds = channel, rank, world, now, rounds
         self.domain = domain
         self._leaders: list[int] | None = None  # rank 0: the ranks that measure
-        self._role: str | None = None  # other ranks: "lead:<domain key>" or "follow:<domain key>"
+        self._leader_keys: list[str] = []  # rank 0: each leader's domain key (its result's key)
+        # Other ranks: "lead:<domain key>:<leaders>" or "follow:<domain key>:<leaders>".
+        self._role: str | None = None
+        self._n_leaders = 1
+
+    def _base_s(self) -> float:
+        return self.channel.timeout.total_seconds()
 
     def _plan(self, base: str) -> None:
+        """One leader per clock domain. Rank 0 reads every rank's domain with one wait and one
+        ``multi_get`` and writes every role with one ``multi_set`` (before: a get and a set per rank,
+        8,190 serial Store calls at 4,096 ranks)."""
         ch = self.channel
+        plan_s = scaled_wait_s(self._base_s(), self.world, per_round_s=PLAN_PER_RANK_S)
         if self.rank != 0:
             ch.set(f"{base}/domain/{self.rank}", self.domain or f"rank-{self.rank}")
-            self._role = ch.get(f"{base}/role/{self.rank}").decode()
+            self._role = ch.get(f"{base}/role/{self.rank}", plan_s).decode()
+            parts = self._role.split(":")
+            self._n_leaders = int(parts[2]) if len(parts) > 2 else 1
             return
         own = self.domain or "rank-0"
-        doms = [own] + [ch.get(f"{base}/domain/{r}").decode() for r in range(1, self.world)]
+        others = ch.get_many([f"{base}/domain/{r}" for r in range(1, self.world)], plan_s)
+        doms = [own] + [v.decode() for v in others]
         first: dict[str, int] = {}
         for r, dom in enumerate(doms):
             first.setdefault(dom, r)
         key = {dom: i for i, dom in enumerate(first)}  # rank 0's domain is key 0
-        for r in range(1, self.world):
-            kind = "lead" if first[doms[r]] == r else "follow"
-            ch.set(f"{base}/role/{r}", f"{kind}:{key[doms[r]]}")
         self._leaders = [r for r in first.values() if r != 0]
+        self._leader_keys = [str(key[doms[r]]) for r in self._leaders]
+        n = len(self._leaders)
+        ch.set_many({f"{base}/role/{r}": f"{'lead' if first[doms[r]] == r else 'follow'}:{key[doms[r]]}:{n}"
+                     for r in range(1, self.world)})
+
+    def _serve(self, base: str) -> None:
+        """Rank 0's side of one exchange. When it fails (a leader that does not answer), the result
+        keys of the leaders it had not finished say so, so their followers stop waiting at once
+        rather than after their scaled wait."""
+        ch = self.channel
+        assert self._leaders is not None
+        finished = 0  # leaders served in the last round
+        try:
+            for i in range(self.rounds):
+                for j, r in enumerate(self._leaders):
+                    ch.set(f"{base}/go/{r}/{i}", "1")
+                    ch.wait(f"{base}/req/{r}/{i}")
+                    ch.set(f"{base}/resp/{r}/{i}", str(self.now()))
+                    if i == self.rounds - 1:
+                        finished = j + 1
+        except Exception:
+            # A Store that is gone cannot take the marks: the followers' own wait ends theirs.
+            with contextlib.suppress(Exception):
+                ch.set_many({f"{base}/res/{k}": "failed" for k in self._leader_keys[finished:]})
+            raise
 
     def exchange(self, epoch: int) -> ClockEstimate:
         """One alignment; every rank calls it with the same epoch. Rank 0 gets offset 0."""
@@ -109,24 +167,26 @@ class ClockSync:
         if self._leaders is None and self._role is None:
             self._plan("clk/plan")
         if self.rank == 0:
-            assert self._leaders is not None
             ch.set(f"{base}/res/0", json.dumps([0, 0, 0]))  # ranks on rank 0's clock
-            for i in range(self.rounds):
-                for r in self._leaders:
-                    ch.set(f"{base}/go/{r}/{i}", "1")
-                    ch.wait(f"{base}/req/{r}/{i}")
-                    ch.set(f"{base}/resp/{r}/{i}", str(self.now()))
+            self._serve(base)
             return ClockEstimate(offset_ns=0, err_ns=0, rounds=self.rounds)
         assert self._role is not None
-        kind, _, key = self._role.partition(":")
+        kind, key = self._role.split(":")[:2]
         if kind == "follow":
-            off, err, rounds = json.loads(ch.get(f"{base}/res/{key}"))
+            # The result exists once rank 0 has served every leader clock_rounds times.
+            res = ch.get(f"{base}/res/{key}", scaled_wait_s(self._base_s(), self.rounds * self._n_leaders))
+            if res == b"failed":
+                raise RuntimeError(f"rank 0 gave up the clock exchange before this node's leader "
+                                   f"finished (epoch {epoch})")
+            off, err, rounds = json.loads(res)
             return ClockEstimate(offset_ns=int(off), err_ns=int(err), rounds=int(rounds))
+        # Between two of its rounds a leader waits while rank 0 serves the other leaders once.
+        go_s = scaled_wait_s(self._base_s(), self._n_leaders)
         t1s: list[int] = []
         t2s: list[int] = []
         t4s: list[int] = []
         for i in range(self.rounds):
-            ch.wait(f"{base}/go/{self.rank}/{i}")
+            ch.wait(f"{base}/go/{self.rank}/{i}", go_s)
             t1 = self.now()
             ch.set(f"{base}/req/{self.rank}/{i}", str(t1))
             ch.wait(f"{base}/resp/{self.rank}/{i}")

@@ -73,6 +73,62 @@ class SideChannel:
         timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
         self.store.wait([self.prefix + key], timeout)
 
+    def wait_all(self, keys: list[str], timeout_s: float | None = None) -> None:
+        """Wait (at most the timeout, for all of them together) until every key of ``keys`` is set:
+        one Store request whatever their number, where a wait per key costs a round trip each (rank
+        0's close handshake at 4,096 ranks: 4,096 serial waits, audit 17 A3 finding 4)."""
+        if self.store is None:
+            missing = [k for k in keys if k not in self._local]
+            if missing:
+                raise TimeoutError(f"side channel: key {missing[0]!r} never set")
+            return
+        self._check()
+        if not keys:
+            return
+        timeout = self.timeout if timeout_s is None else timedelta(seconds=timeout_s)
+        self.store.wait([self.prefix + k for k in keys], timeout)
+
+    def missing(self, keys: list[str]) -> list[str]:
+        """The keys of ``keys`` not set now (no waiting: one ``check`` per key, so only for a few,
+        or for a fault path that has already waited)."""
+        if self.store is None:
+            return [k for k in keys if k not in self._local]
+        self._check()
+        return [k for k in keys if not self.store.check([self.prefix + k])]
+
+    def get_many(self, keys: list[str], timeout_s: float | None = None) -> list[bytes]:
+        """Wait (at most the timeout, in all) for every key and return their values in order: one
+        wait and one ``multi_get`` where the Store has it (torch >= 2.5), else a get per key."""
+        self.wait_all(keys, timeout_s)
+        if self.store is None:
+            return [self._local[k] for k in keys]
+        multi_get = getattr(self.store, "multi_get", None)
+        if multi_get is not None and keys:
+            try:
+                return [bytes(v) for v in multi_get([self.prefix + k for k in keys])]
+            except Exception:  # a Store type without it: the keys exist, read them one by one
+                pass
+        return [bytes(self.store.get(self.prefix + k)) for k in keys]
+
+    def set_many(self, items: dict[str, str | bytes]) -> None:
+        """Set every key of ``items``: one ``multi_set`` where the Store has it, else a set per key."""
+        if self.store is None:
+            for key, value in items.items():
+                self.set(key, value)
+            return
+        self._check()
+        multi_set = getattr(self.store, "multi_set", None)
+        if multi_set is None or not items:
+            for key, value in items.items():
+                self.set(key, value)
+            return
+        try:
+            multi_set([self.prefix + k for k in items],
+                      [v.encode() if isinstance(v, str) else v for v in items.values()])
+        except Exception:  # a Store type without it, or a Store gone: a set each tells which
+            for key, value in items.items():
+                self.set(key, value)
+
     def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to the counter ``key`` (created at 0) and return its new value; ``amount``
         0 reads it without waiting for the key to exist."""
