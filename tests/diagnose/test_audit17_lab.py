@@ -200,17 +200,19 @@ def test_the_note_names_the_lab_runs_own_cluster_and_hosts_files(recorded) -> No
     assert "fabricpace lab run --placement" in note
 
 
-def test_the_rank_order_note_is_printed_in_text_mode() -> None:
+def test_the_rank_order_note_is_printed_in_text_mode(recorded) -> None:
     # The note was only in --format json: the text output read "verdict: healthy" with no word.
-    r = CliRunner().invoke(app, ["diagnose", str(_run("slow-inter"))], terminal_width=200)
+    # (a copy: the CLI writes diagnosis.json into the run directory)
+    run = recorded("audit17-lab-slow-inter")
+    r = CliRunner().invoke(app, ["diagnose", str(run)], terminal_width=200)
     assert r.exit_code == 0, r.output
     assert "note: rank order" in r.output and "4 times where 2 would do" in r.output.replace("\n", " ")
 
 
-def test_the_rank_order_note_is_in_the_html_report(tmp_path) -> None:
+def test_the_rank_order_note_is_in_the_html_report(tmp_path, recorded) -> None:
     # The report of the interleaved lab run showed "Healthy" and no word of the ring's extra crossings.
     out = tmp_path / "r.html"
-    r = CliRunner().invoke(app, ["report", str(_run("slow-inter")), "-o", str(out)])
+    r = CliRunner().invoke(app, ["report", str(recorded("audit17-lab-slow-inter")), "-o", str(out)])
     assert r.exit_code == 0, r.output
     html = out.read_text()
     assert "<b>Notes</b>" in html and "4 times where 2 would do" in html
