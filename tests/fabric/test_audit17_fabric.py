@@ -131,6 +131,22 @@ def test_collective_compare_reads_an_abridged_device0_log_with_gpus_per_node(cli
     assert "on 4 nodes)" in r.stderr and "on 16 nodes" not in r.stderr, r.stderr
 
 
+def test_the_default_cluster_does_not_settle_an_abridged_device0_log(cli, refused, tmp_path):
+    """Review of audit 17: without --cluster, the default dgx-h100-ib's 8 GPUs per node settled the 4 x 4
+    Alps log as 2 nodes x 8; only --gpus-per-node or a cluster the user names may settle it."""
+    path = _abridged(tmp_path, "job-16.out")
+    r = cli("collective", "--nodes", "4", "--sizes", "1G", "--compare", str(path))
+    refused(r, "job-16.out", "4 or 8 GPUs per node fit", "--gpus-per-node", "--cluster FILE")
+    # the same preset named on the command line is the user's word: it settles the log, with a note
+    r = cli("collective", "--cluster", "dgx-h100-ib", "--nodes", "2", "--sizes", "1G", "--compare", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "8 GPUs per node from the cluster file ('dgx-h100-ib'" in r.stderr and "so 2 nodes" in r.stderr
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--nodes", "4", "--sizes", "1G", "--compare",
+            str(path))
+    assert r.returncode == 0, r.stderr
+    assert "4 GPUs per node from the cluster file ('alps-gh200-a2'" in r.stderr and "so 4 nodes" in r.stderr
+
+
 # ---- A2 finding 3: a table without rank lines, its node count in the file name -------------------------
 # the Alps campaign's own tables (parse_output.sh: the column header and rows, no rank lines), 2 and 4 nodes
 TABLES = [DATA / "alpscfg2_n2_all_reduce.txt", DATA / "alpscfg2_n4_all_reduce.txt"]

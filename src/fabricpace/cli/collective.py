@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 _KEYS = ("op", "nodes", "gpus", "bytes", "algorithm", "protocol", "time_us", "algbw_gbps", "busbw_gbps")
 _DEFAULT_NODES = (2, 4, 8, 16, 32)
+_DEFAULT_CLUSTER = "dgx-h100-ib"
 
 
 class _KeepsRawArgs(TyperCommand):
@@ -76,7 +77,9 @@ def register(app: typer.Typer) -> None:
     @app.command(cls=_KeepsRawArgs, context_settings={"allow_extra_args": True})
     def collective(
         ctx: typer.Context,
-        cluster: str = typer.Option("dgx-h100-ib", "--cluster", help="preset name or cluster YAML file"),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="preset name or cluster YAML file (default dgx-h100-ib)"
+        ),
         op: str = typer.Option(
             "all_reduce", "--op", help="all_reduce, all_gather, reduce_scatter, all_to_all or broadcast"
         ),
@@ -159,8 +162,11 @@ def register(app: typer.Typer) -> None:
                     f"collective: unexpected argument(s) {' '.join(extra)}; "
                     "see 'fabricpace collective --help'"
                 )
-        cl = load_cluster(cluster)
-        hint = _layout_hint(cl, gpus_per_node, "--gpus-per-node")
+        cl = load_cluster(cluster or _DEFAULT_CLUSTER)
+        # the default preset's 8 GPUs per node must not settle how a log ran: only a cluster the user
+        # named, or --gpus-per-node, may (an abridged 4 x 4 log of device-0 ranks read as 2 x 8)
+        named = cluster is not None
+        hint = _layout_hint(cl, gpus_per_node, "--gpus-per-node", named=named)
         if nodes is None:  # the default list, cut to what the cluster has (a 16-node file is valid)
             node_list = [n for n in _DEFAULT_NODES if n <= cl.nodes] or [cl.nodes]
         else:
@@ -200,7 +206,7 @@ def register(app: typer.Typer) -> None:
                 # predict the configuration that was measured: a fit to 4 GPUs per node says little
                 # about 8 (the NVLink and rail terms change), and the user compares against such runs
                 gpus_per_node = measured[0]
-                hint = _layout_hint(cl, gpus_per_node, "the calibration logs")
+                hint = _layout_hint(cl, gpus_per_node, "the calibration logs", named=named)
                 print(
                     f"note: the calibration logs ran {gpus_per_node} GPUs per node and cluster {cl.name!r} "
                     f"has {cl.gpus_per_node}; predicting with {gpus_per_node} per node, as measured "
@@ -328,18 +334,23 @@ def register(app: typer.Typer) -> None:
             console.print(e["text"])
 
 
-def _layout_hint(cl: Any, gpus_per_node: int | None, given_by: str) -> LayoutHint:
+def _layout_hint(
+    cl: Any, gpus_per_node: int | None, given_by: str, *, named: bool
+) -> LayoutHint | None:
     """GPUs per node for a log that cannot tell them (``nccl_tests_layout``): ``gpus_per_node`` (named
-    ``given_by`` in the note) when given, else the cluster file's."""
+    ``given_by`` in the note) when given, else the cluster file's when the user ``named`` it (--cluster),
+    else none: such a log is then refused with what would tell it."""
     from fabricpace.fabric.nccl_tests_layout import LayoutHint
 
     if gpus_per_node is not None:
         return LayoutHint(gpus_per_node=gpus_per_node, source=given_by)
+    if not named:
+        return None
     source = f"the cluster file ({cl.name!r}; give --gpus-per-node if the run used fewer)"
     return LayoutHint(gpus_per_node=cl.gpus_per_node, source=source)
 
 
-def _with_op(paths: list[str], op: str, hint: LayoutHint) -> list[NcclTestsLog]:
+def _with_op(paths: list[str], op: str, hint: LayoutHint | None) -> list[NcclTestsLog]:
     """The calibration logs, parsed (``hint``: GPUs per node where a log cannot tell them); a log that
     does not name its collective (no '*_perf' command line, and a file name without it, as in the README's
     ``n2.log``) is taken to be of ``op`` (--op, or its default all_reduce), with a note on stderr, instead
@@ -396,7 +407,7 @@ def _predict(
 
 def _score(
     cl: Any, op: str, paths: list[str], gpus_per_node: int | None, algorithm: str | None,
-    protocol: str | None, seed: int | None, hint: LayoutHint,
+    protocol: str | None, seed: int | None, hint: LayoutHint | None,
 ) -> str:
     """One paragraph: the model against measured rows it was not fitted to (32 MB-8 GB, out-of-place
     times, the sizes calibration uses), median and worst error and where the worst one is."""
@@ -479,7 +490,7 @@ def _plot(
     algorithm: str | None,
     protocol: str | None,
     seed: int | None,
-    hint: LayoutHint,
+    hint: LayoutHint | None,
 ) -> None:
     """The model's busbw on every power of two between the smallest and largest size (the requested ones
     and the logs' rows), so the lines show the algorithm and protocol switches, plus the measured rows:

@@ -99,5 +99,6 @@ def abridged_per_node(
         what = "no count of GPUs per node fits the ranks listed in blocks per node"
     raise ParseError(
         f"{p}:{at}: {why}: {what}; give the complete log (every '#  Rank' line), GPUs per node "
-        "(collective --gpus-per-node) or the node count in the file name (n4_all_reduce.log)"
+        "(collective --gpus-per-node, or --cluster FILE of the machine it ran on) or the node count in the "
+        "file name (n4_all_reduce.log)"
     )
