@@ -14,6 +14,7 @@ files (``data/clusters/lab-200m.yaml``, ``lab-20m.yaml``) mirror the lab: 4 node
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,20 @@ def test_throttled_rank_is_not_blamed_on_the_uplink_with_the_lab_cluster_file() 
     # the same run without the cluster file, and the healthy control with it, are unchanged
     assert _modes(diagnose(_run("throttled"))) == ["persistent_straggler"]
     assert diagnose(_run("healthy"), cluster=CLUSTERS / "lab-200m.yaml").runs[0].verdict == "healthy"
+
+
+def test_a_straggler_explains_uniform_excess_only_where_the_cpu_reduces(tmp_path) -> None:
+    # Review of audit 17: the same run recorded under NCCL (a GPU ring its host's compute does not slow)
+    # keeps topology_contention beside the straggler; a run that records gloo, as the lab does, does not.
+    for backend, contention in (("nccl", True), ("cpu:gloo,cuda:nccl", True), ("gloo", False)):
+        run = tmp_path / backend.replace(":", "_").replace(",", "_")
+        shutil.copytree(_run("throttled"), run)
+        man = json.loads((run / "manifest.json").read_text())
+        man["extra"]["process_group_backend"] = backend
+        (run / "manifest.json").write_text(json.dumps(man))
+        modes = _modes(diagnose(run, cluster=CLUSTERS / "lab-200m.yaml"))
+        assert ("topology_contention" in modes) is contention, (backend, modes)
+        assert "persistent_straggler" in modes
 
 
 def test_a_straggler_does_not_hide_contention_concentrated_on_cross_leaf_groups(synth) -> None:

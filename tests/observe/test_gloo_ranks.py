@@ -149,6 +149,7 @@ def test_hook_free_mode_names_the_slow_rank_and_keeps_gradients_bitwise(job):
         assert kept == buckets == handles >= 2  # one hook per bucket after learning
     run = fabricpace.load_run(out / "e")
     assert run.manifest.complete and run.manifest.extra["ddp_mode"] == "grad_hooks"
+    assert run.manifest.extra["process_group_backend"] == "gloo"  # diagnose: the CPU reduces
     c = run.collectives
     # Learning takes DDP's first two steps (the rebuilt layout is reported one step late); from
     # then on every step has every bucket on every rank. Only the backward's end is seen: the last

@@ -71,6 +71,17 @@ def _clock_check(m: RunMetrics, step_skew: np.ndarray, cfg: DiagnoseConfig) -> s
     )
 
 
+def _cpu_reduces(man: Any) -> bool:
+    """Whether the run's collectives reduce on the CPU, where a rank slow at its own work slows the
+    transfer itself: a gloo process group (the observer records it; the lab always runs gloo). NCCL
+    runs, the simulator and imported GPU traces reduce on the GPU (audit 17 review: the rule that lets
+    a named straggler explain a uniform transfer excess must not hide an NCCL fabric problem)."""
+    backend = man.extra.get("process_group_backend")
+    if backend:
+        return "gloo" in str(backend) and "nccl" not in str(backend)
+    return man.source in ("lab", "local", "observer")  # recorded before the field: gloo unless told
+
+
 def _late_but_unnamed(m: RunMetrics, sc: CulpritScan, cfg: DiagnoseConfig) -> str | None:
     """Why persistent_straggler is undecided when ranks are consistently late by a material amount (and
     replacing them all would save ≥ straggler_min_saving) but no straggler was named — e.g. half the
@@ -316,11 +327,12 @@ def diagnose_metrics(
                 if why_late:
                     abstain("persistent_straggler", why_late)
             # The stragglers named above: a transfer excess that is uniform against the fabric model in
-            # their groups is theirs to explain first (a CPU-starved gloo rank slows the ring itself).
+            # their groups is theirs to explain first where the CPU reduces (a CPU-starved gloo rank
+            # slows the ring itself); a GPU's NCCL ring is not slowed by its host's compute.
             strag = {
                 int(r): str(f.evidence.get("cause", "slower than its peers"))
                 for f in findings if f.mode == "persistent_straggler" for r in f.culprits.ranks
-            }
+            } if _cpu_reduces(m.run.manifest) else {}
             f_top, mm, why = topology_contention.detect(m, cfg, cluster, strag)
             findings += f_top
             metrics.update(mm)

@@ -56,8 +56,21 @@ def write_rank0_files(obs: Observer, *, complete: bool, model: Any = None, pacin
                 workload=startup.workload(model),
                 pacing={"mode": pacing_mode(pacing)},
                 extra={"observer": {k: getattr(obs.config, k) for k in obs.config.__dataclass_fields__},
-                       "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)"},
+                       "clock": "perf_counter_ns aligned to rank 0 (NTP-style over the Store)",
+                       "process_group_backend": _backend()},
             )
         write_manifest(obs.run_dir, obs._manifest)
     except Exception as exc:
         obs.guard.fail("writing", exc)
+
+
+def _backend() -> str | None:
+    """The training's default process group backend ("gloo", "nccl", "cpu:gloo,cuda:nccl"): diagnose
+    reads it to tell whether a slow rank can slow the reduction itself (the CPU reduces under gloo)."""
+    try:
+        import torch.distributed as dist
+
+        return str(dist.get_backend()) if dist.is_initialized() else None
+    except Exception:
+        return None
+
