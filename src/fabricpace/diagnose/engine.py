@@ -403,7 +403,9 @@ def _metrics(
 ) -> RunMetrics:
     """One run's metrics: the small tables loaded whole, the collectives streamed."""
     run = load_run(path, tables=[t for t in TABLES if t != "collectives"])
-    chunks = StepChunks(path, "collectives", columns=COLLECTIVE_COLUMNS, categorical=True)
+    chunks = StepChunks(
+        path, "collectives", columns=COLLECTIVE_COLUMNS, categorical=True, coverage=run.coverage
+    )
     name = str(path)
 
     def tick(done: int, total: int) -> None:

@@ -44,7 +44,9 @@ def _frames(m: RunMetrics, cfg: DiagnoseConfig) -> Iterable[pl.DataFrame]:
         yield m.run.collectives.select(_COLUMNS)
         return
     try:
-        table = StepChunks(m.run.path, "collectives", columns=_COLUMNS, categorical=True)
+        table = StepChunks(
+            m.run.path, "collectives", columns=_COLUMNS, categorical=True, coverage=m.run.coverage
+        )
         for _lo, _hi, frame in table.chunks(rows_per_chunk=cfg.chunk_rows):
             yield frame
     except (OSError, ValueError):  # no directory behind the run (built in memory): no bound

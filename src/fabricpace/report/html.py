@@ -379,7 +379,7 @@ def _run_sections(
 
 
 def _stats(run: RunData, name: str, progress: Progress | None) -> rd.CollectiveStats:
-    table = StepChunks(run.path, columns=COLLECTIVE_COLUMNS, categorical=True)
+    table = StepChunks(run.path, columns=COLLECTIVE_COLUMNS, categorical=True, coverage=run.coverage)
 
     def tick(done: int, total: int) -> None:
         if progress:
@@ -417,7 +417,8 @@ def render_report(
     progress: Progress | None = None,
 ) -> str:
     """The whole report as one HTML string. ``progress(label, done, total)`` while the collectives
-    are read (chunk by chunk: memory stays bounded whatever the size of the runs)."""
+    are read (chunk by chunk: the collectives' share of memory is bounded by the chunk size; the steps
+    table and the rank x step matrices still grow with ranks x steps, ~590 B per rank-step)."""
     from plotly.offline import get_plotlyjs
 
     if not run_dirs:
