@@ -159,3 +159,9 @@ def test_a_second_value_after_a_one_value_option_is_named(cli, refused):
     # flags consume no value: a glob after --explain ... --calibrate still fits both logs
     ok = cli("collective", "--explain", "--nodes=8", "--sizes", "1G", "--calibrate", n2, n4)
     assert ok.returncode == 0 and "from 2 logs" in ok.stderr, ok.stderr
+
+
+def test_arguments_after_double_dash_are_named_as_such(cli, refused, tmp_path):
+    # They were reported "after --sizes, which takes one value", the option before '--'.
+    r = cli("collective", "--nodes", "4", "--sizes", "1G", "--", "extra.log")
+    refused(r, "extra.log after '--'", "--calibrate or --compare")

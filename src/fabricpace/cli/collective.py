@@ -58,6 +58,9 @@ def _extras_by_option(ctx: Any) -> dict[str, list[str]]:
     last, i, raw = "", 0, ctx.meta.get("raw_args", [])
     while i < len(raw) and extras:
         tok = raw[i]
+        if tok == "--":  # the end of options: what follows belongs to no option (named so in the error)
+            last, i = "--", i + 1
+            continue
         if tok.startswith("--") and len(tok) > 2:
             last = tok.split("=", 1)[0]
             i += 1 if ("=" in tok or last in flags) else 2
@@ -151,6 +154,11 @@ def register(app: typer.Typer) -> None:
                 calibrate = [*(calibrate or []), *extra]
             elif after == "--compare":
                 compare = [*(compare or []), *extra]
+            elif after == "--":
+                raise InputError(
+                    f"collective: unexpected argument(s) {' '.join(extra)} after '--': collective takes no "
+                    "positional arguments; give nccl-tests logs to --calibrate or --compare"
+                )
             elif after:
                 raise InputError(
                     f"collective: unexpected argument(s) {' '.join(extra)} after {after}, which takes one "
