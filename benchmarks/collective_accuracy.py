@@ -11,6 +11,11 @@ Validation set (tests/fabric/data, see its README for every source):
   crazyguitar/gpu-communication-benchmark). all_to_all is scored the same way as the other two; it is
   outside the issue's target (all_reduce and all_gather), and is shown as a check of a third collective.
 
+Held out, the issue's protocol on a fourth cluster (printed after the headline table, not in its "every
+cluster" lines): ``alps``, CSCS Alps (4x GH200 per node, 4x Slingshot 11), all_reduce_perf tables of one
+campaign (boeschf/nccl-benchmark-on-alps-2025): fitted on 2+4 nodes, predicting 8 (run_0001), 16 and 32
+(run_0000); run_0000's degraded 8-node job is scored on its own line. No all_gather runs exist there.
+
 Secondary check, another protocol (printed after the headline table): ``polaris``, ALCF Polaris (4x A100
 per node, 2x Slingshot 11), all_reduce_perf and all_gather_perf at 2, 8, 256 and 540 nodes (argonne-lcf/
 alcf-nccl-tests; no 4-node run exists): fitted on 2+8 nodes predicting 256 and 540, and on 2 nodes
@@ -47,6 +52,7 @@ from fabricpace.fabric.calibrate import (
     select,
 )
 from fabricpace.fabric.nccl_tests import parse_log
+from fabricpace.fabric.nccl_tests_layout import LayoutHint
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "fabric" / "data"
 CALIBRATION_NODES = (2, 4)
@@ -78,6 +84,19 @@ def datasets() -> list[Dataset]:
         Dataset("h100-ib", "dgx-h100-ib", h100, "NVIDIA/nccl-tests#309 logs"),
         Dataset("p5-efa", "p5-efa", p5, "crazyguitar/(aws-)gpu-communication-benchmark tables"),
     ]
+
+
+def alps_dataset() -> tuple[Dataset, Points]:
+    """CSCS Alps: the 2/4-node tables and the held-out 8 (run_0001), 16 and 32-node tables; and run_0000's
+    degraded 8-node table apart (tests/fabric/data/README.md). The tables have no rank lines: 4 GPUs per
+    node, as the campaign ran (one rank per GH200)."""
+    hint = LayoutHint(gpus_per_node=4, source="benchmark")
+    names = ("_n2", "_n4", "r1_n8", "_n16", "_n32")
+    logs = [parse_log(DATA / f"alpscfg2{n}_all_reduce.txt", hint=hint) for n in names]
+    degraded = points_from_logs([parse_log(DATA / "alpscfg2_n8_all_reduce.txt", hint=hint)])
+    source = "boeschf/nccl-benchmark-on-alps-2025"
+    ds = Dataset("alps", str(DATA / "alps.yaml"), points_from_logs(logs), source)
+    return ds, degraded
 
 
 POLARIS_PROTOCOLS = ((2, 8), (2,))  # no 4-node run: fit 2+8 -> 256, 540; fit 2 -> 8 (and beyond)
@@ -236,6 +255,26 @@ def main() -> None:
         for which in ("model", "alpha_beta"):
             err = np.concatenate([sc.errors(which) for sc in mine])
             print(f"  every cluster {op:>10} {which + ':':<11} {stats(err)}")
+
+    print("\nheld out, the issue's protocol on a fourth cluster (all_reduce only; not in the lines above):")
+    alps, degraded = alps_dataset()
+    sc, summary = evaluate(alps, "all_reduce")
+    print(f"  {summary.splitlines()[0]}")
+    for n in np.unique(sc.nodes):
+        m = sc.nodes == n
+        print(
+            f"    {int(n):>3} nodes  model: {stats(sc.errors('model')[m])}   "
+            f"alpha-beta: {stats(sc.errors('alpha_beta')[m])}"
+        )
+    print(f"    all      model: {stats(sc.errors('model'))}   alpha-beta: {stats(sc.errors('alpha_beta'))}")
+    big = sc.nbytes >= 512 << 20
+    print(f"    512M-4G  model: {stats(sc.errors('model')[big])}")
+    fit = calibrate_points(load_cluster(alps.preset), split(alps.points, "all_reduce")[0], ["alps"])
+    bad, _ = predict(fit.cluster, degraded)
+    print(
+        "      8 nodes, run_0000 (degraded job: 9x slower at 32M than run_0001): model: "
+        f"{stats((bad / degraded.time_s - 1) * 100)}"
+    )
 
     print("\nsecondary check, another protocol (no 4-node run on this cluster; not the issue's protocol):")
     for ds in secondary_datasets():

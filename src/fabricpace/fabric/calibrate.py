@@ -264,6 +264,10 @@ class Fit:
     gpus_per_node: tuple[int, ...] = ()  # GPUs per node of the calibration rows
     # what the logs' reading left out or assumed (NcclTestsLog.notes, logs not used); printed first
     input_notes: tuple[str, ...] = ()
+    # the row with the largest in-sample error, signed (predicted / measured - 1, %), its nodes and size:
+    # a fit's worst row is often a noisy or stepped measurement (an Alps 2-node 4 GiB row at 1.9x the
+    # algbw of the 2 GiB row); the summary names it so the user can look at that row of the log
+    worst_row: tuple[float, int, int] | None = None
 
     def notes(self, before: Cluster) -> list[str]:
         """Warnings about a fit that points at a cluster file which does not describe the logs' cluster.
@@ -297,10 +301,14 @@ class Fit:
 
     def summary(self) -> str:
         vals = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items() if k not in self.kept)
+        worst = f"worst {self.max_error_pct:.1f}%"
+        if self.worst_row is not None:  # signed, and where, as --compare names its worst row
+            err, nodes, size = self.worst_row
+            worst = f"worst {err:+.1f}% ({_size_label(size)} on {nodes} node{'' if nodes == 1 else 's'})"
         out = (
             f"calibrated on {self.n_points} points from {len(self.logs)} "
             f"log{'' if len(self.logs) == 1 else 's'}: {vals}; "
-            f"in-sample error median {self.median_error_pct:.1f}%, worst {self.max_error_pct:.1f}%"
+            f"in-sample error median {self.median_error_pct:.1f}%, {worst}"
         )
         if self.kept:
             out += f"; not constrained by these rows, kept from the cluster: {', '.join(self.kept)}"
@@ -316,6 +324,14 @@ class Fit:
                 "rest on the model's scaling alone (add logs from a second node count, e.g. 2 and 4)"
             )
         return out
+
+
+def _size_label(n: int) -> str:
+    """32M, 4G, 1536M, 48K or 100 (bytes), as nccl-tests' -b/-e options take them."""
+    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 def fit_tuning(cluster: Cluster, points: Points) -> tuple[dict[str, float], np.ndarray]:
@@ -467,7 +483,9 @@ def _with_op(lg: NcclTestsLog) -> str:
 def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> Fit:
     """Fit ``cluster``'s tuning to measured points (``names``: where they came from, for ``source``)."""
     params, pred = fit_tuning(cluster, points)
-    err = np.abs(pred / points.time_s - 1.0) * 100
+    signed = (pred / points.time_s - 1.0) * 100
+    err = np.abs(signed)
+    w = int(np.argmax(err))
     sizes = (int(points.nbytes.min()), int(points.nbytes.max()))
     calibrated = cluster.with_tuning(**params, source="fit:" + ",".join(names), calibrated_sizes=sizes)
     return Fit(
@@ -476,6 +494,7 @@ def calibrate_points(cluster: Cluster, points: Points, names: Sequence[str]) -> 
         node_counts=tuple(sorted({int(n) for n in points.nodes})),
         ops=tuple(sorted({str(o) for o in points.op})),
         gpus_per_node=tuple(sorted({int(g) for g in points.gpn})),
+        worst_row=(float(signed[w]), int(points.nodes[w]), int(points.nbytes[w])),
     )
 
 
