@@ -4,6 +4,7 @@ campaign's tables (tests/fabric/data/README.md, cluster 4) read as published, th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +86,48 @@ def test_fit_summary_names_its_worst_row(cli):
             "8", "--sizes", "1G")
     assert r.returncode == 0, r.stderr
     assert f"worst {err:+.1f}% (4G on 2 nodes)" in r.stderr
+
+
+# ---- a degraded job says so: its time stops growing with the size (NcclTestsLog.stalled_pair) -----------
+# the other configuration's 32-node job (FI_CXI_COMPAT_0, run_0000): 256 MiB..2 GiB all take 89-101 ms
+COMPAT0_N32 = DATA / "alpscompat0_n32_all_reduce.txt"
+
+
+@pytest.mark.parametrize(
+    ("path", "small", "big", "text"),
+    [
+        (DEGRADED, 64 << 20, 1 << 30, "64M took 32443 us, 81% of the 40056 us of 1G (16x the bytes)"),
+        (COMPAT0_N32, 256 << 20, 4 << 30, "256M took 94691 us, 103% of the 92235 us of 4G (16x the bytes)"),
+    ],
+)
+def test_a_degraded_job_is_named_in_its_notes(path, small, big, text):
+    log = parse_log(path, hint=HINT)
+    pair = log.stalled_pair()
+    assert pair is not None and (pair[0].size, pair[1].size) == (small, big)
+    note = next(n for n in log.notes() if "degraded" in n)
+    assert text in note and "rerun the job before fitting or comparing with it" in note
+
+
+def test_no_clean_log_of_the_validation_data_is_called_degraded():
+    """Every other log here, healthy or not (Polaris all-gather at 256 and 540 nodes is latency-bound at
+    32 MiB-1 GiB of total size, and is checked per rank), reads without the note."""
+    from fabricpace.fabric.nccl_tests_runs import parse_logs
+
+    flagged, read = [], 0
+    for path in sorted(DATA.iterdir()):
+        if path.suffix not in (".log", ".out", ".txt") or "failed" in path.name:
+            continue
+        for log in parse_logs(path, hint=HINT):
+            read += 1
+            if log.stalled_pair() is not None:
+                flagged.append(path.name)
+    assert read >= 25
+    assert flagged == [DEGRADED.name, COMPAT0_N32.name]
+
+
+def test_compare_with_a_degraded_job_says_it_is_the_run(cli):
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--calibrate", *map(str, CAL), "--compare",
+            str(COMPAT0_N32), "--nodes", "32", "--sizes", "4G")
+    assert r.returncode == 0, r.stderr
+    assert "alpscompat0_n32_all_reduce.txt: 256M took 94691 us" in r.stderr
+    assert re.search(r"worst -9\d\.\d% \(256M on 32 nodes\)", r.stderr), r.stderr

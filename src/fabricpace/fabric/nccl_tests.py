@@ -115,6 +115,8 @@ _ROW_ANYWHERE = re.compile(r"(?<![\w.:-])\d+\s+\d+\s+(?:" + _TYPES + r")\s+(?:[A
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 # how nccl-tests reports a run that stopped: "HOST: Test NCCL failure common.cu:...", "Test timeout (30s)",
 # "# TEST SKIPPED: <reason>" (2.28+: e.g. a device API the system lacks)
+# share of a row's time that a row of 1/8 its size (or less) may take in a healthy run (stalled_pair)
+_STALLED = 0.7
 _FAILURE = re.compile(r"\bTest (?:NCCL |CUDA )?(?:failure|timeout)\b.*|\bTEST SKIPPED\b.*")
 
 
@@ -158,6 +160,30 @@ class NcclTestsLog:
         """Rows with a non-zero ``#wrong``: their results were wrong, so their times are not those of a
         healthy cluster; calibration and ``--compare`` leave them out."""
         return tuple(r for r in self.rows if r.wrong > 0)
+
+    def stalled_pair(self) -> tuple[NcclTestsRow, NcclTestsRow] | None:
+        """(smaller row, larger row): the pair of healthy rows, the larger at least 8x the smaller, where
+        the smaller took the largest share of the larger's time, when that share is ``_STALLED`` or more.
+
+        From 32 MiB per rank on, a healthy run's time grows with the size: on every clean log of
+        tests/fabric/data an all-reduce row takes at most 48% of the time of a row 8x its size (0.13-0.36
+        on most clusters). Two held-out Alps jobs did not (0.81: 64 MiB in 32.4 ms, 1 GiB in 40.1 ms; 1.03:
+        256 MiB in 94.7 ms, 4 GiB in 92.2 ms) and their repeats were 2-14x faster: degraded jobs, which
+        no model of the cluster predicts. Only sizes of 32 MiB per rank or more are checked: for
+        all-gather, reduce-scatter and all-to-all that is size / ranks (a p5 all-gather at 256 ranks,
+        latency-bound at 32-256 MiB of total size, takes 87%)."""
+        if self.op in ("all_gather", "reduce_scatter", "all_to_all"):
+            if not self.nranks:
+                return None
+            per_rank = self.nranks
+        else:
+            per_rank = 1
+        rows = [r for r in self.rows if r.wrong == 0 and r.time_us > 0 and r.size // per_rank >= 32 << 20]
+        pairs = [(a.time_us / b.time_us, a, b) for a in rows for b in rows if b.size >= 8 * a.size]
+        if not pairs:
+            return None
+        share, a, b = max(pairs, key=lambda p: p[0])
+        return (a, b) if share >= _STALLED else None
 
     @property
     def name(self) -> str:
@@ -227,6 +253,16 @@ class NcclTestsLog:
             out.append(
                 f"note: {name}: the run reports {trailer}, but no row's #wrong says which sizes; its timings "
                 "are used, though wrong results usually point to a bad GPU, NIC or link (check and rerun)"
+            )
+        stalled = self.stalled_pair()
+        if stalled is not None:
+            a, b = stalled
+            share = a.time_us / b.time_us
+            out.append(
+                f"note: {name}: {_human_bytes(a.size)} took {a.time_us:g} us, {share:.0%} of the "
+                f"{b.time_us:g} us of {_human_bytes(b.size)} ({b.size // a.size}x the bytes): a run whose "
+                "time stops growing with the size is degraded (congestion, retries, a failing link), and no "
+                "model of the cluster predicts it; rerun the job before fitting or comparing with it"
             )
         return out
 
