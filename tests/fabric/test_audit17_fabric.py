@@ -172,7 +172,8 @@ def test_rankless_tables_take_gpus_per_node_from_the_cluster_file_with_a_note(cl
 
 
 def test_rankless_table_without_a_node_count_names_what_is_missing(cli, refused, tmp_path):
-    bare = tmp_path / "job-n-00008-N-0002_all_reduce.txt"  # the campaign's name: 'n-00008' is the rank count
+    bare = tmp_path / "job-152285_all_reduce.txt"  # a Slurm job id, no count (the campaign's own name,
+    # job-n-00008-N-0002.txt, now gives both: tests/fabric/test_validation_alps.py)
     bare.write_bytes(TABLES[0].read_bytes())
     r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--gpus-per-node", "4", "--calibrate",
             str(bare), "--nodes", "8", "--sizes", "1G")

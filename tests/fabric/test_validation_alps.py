@@ -131,3 +131,32 @@ def test_compare_with_a_degraded_job_says_it_is_the_run(cli):
     assert r.returncode == 0, r.stderr
     assert "alpscompat0_n32_all_reduce.txt: 256M took 94691 us" in r.stderr
     assert re.search(r"worst -9\d\.\d% \(256M on 32 nodes\)", r.stderr), r.stderr
+
+
+# ---- the campaign's own file names: Slurm's -n (tasks) and -N (nodes), case and all ---------------------
+def test_the_campaigns_own_table_names_give_nodes_and_ranks(tmp_path):
+    """Before, 'job-n-00008-N-0002.txt' (the name the campaign gave the 2-node table) was refused for want
+    of a node count, and the tables had to be renamed (audit 17). The case tells Slurm's -n from -N."""
+    from fabricpace.fabric.nccl_tests import _nodes_from_name
+
+    named = tmp_path / "job-n-00008-N-0002.txt"
+    named.write_bytes(CAL[0].read_bytes())
+    log = parse_log(named, op="all_reduce")  # no hint: the name gives GPUs per node too
+    assert (log.nodes, log.nranks, log.gpus_per_node) == (2, 8, 4)
+    assert log.assumed == (
+        "no '#  Rank' lines: 2 nodes and 8 ranks (4 per node) from the file name (Slurm's -N and -n)"
+    )
+    assert [_nodes_from_name(n) for n in ("x-N8-n32.txt", "n_4.log", "n4_all_reduce.log")] == [8, None, 4]
+    assert _nodes_from_name("job-n-00030-N-0008.txt") is None  # 30 tasks cannot spread evenly on 8 nodes
+
+
+def test_compare_reads_the_campaigns_own_table_names(cli, tmp_path):
+    for src, name in ((CAL[0], "job-n-00008-N-0002.txt"), (CAL[1], "job-n-00016-N-0004.txt"),
+                      (HELD[1], "job-n-00064-N-0016.txt")):
+        (tmp_path / name).write_bytes(src.read_bytes())
+    r = cli("collective", "--cluster", str(DATA / "alps.yaml"), "--op", "all_reduce", "--calibrate",
+            str(tmp_path / "job-n-00008-N-0002.txt"), str(tmp_path / "job-n-00016-N-0004.txt"), "--compare",
+            str(tmp_path / "job-n-00064-N-0016.txt"), "--nodes", "16", "--sizes", "1G")
+    assert r.returncode == 0, r.stderr
+    assert "job-n-00064-N-0016.txt: no '#  Rank' lines: 16 nodes and 64 ranks (4 per node)" in r.stderr
+    assert "compared with 8 measured rows" in r.stderr

@@ -297,11 +297,36 @@ def _op_from_name(name: str) -> str | None:
 
 
 def _nodes_from_name(name: str) -> int | None:
-    """'n4_all_reduce.log', 'allreduce-16nodes.txt' -> 4, 16 (when the log lists no ranks)."""
+    """'n4_all_reduce.log', 'allreduce-16nodes.txt', 'job-n-00032-N-0008.txt' -> 4, 16, 8 (when the log
+    lists no ranks)."""
+    slurm = _slurm_name(name)
+    if slurm is not None:
+        return slurm[1]
     m = re.search(r"(?:^|[^a-z0-9])n(\d+)(?:[^0-9]|$)|(\d+)[-_]?nodes?", name.lower())
     if not m:
         return None
     return int(m.group(1) or m.group(2))
+
+
+# Slurm's letters, case and all: -n tasks, -N nodes. A job script that names its output after them
+# ('job-n-00032-N-0008.txt', the CSCS Alps campaign's tables) gives both counts; without the case the
+# lowercase 'n-00032' would read as 32 nodes.
+_SLURM_TASKS_NODES = re.compile(r"(?<![A-Za-z0-9])n[-_]?(\d+)[-_]N[-_]?(\d+)(?![0-9])")
+_SLURM_NODES_TASKS = re.compile(r"(?<![A-Za-z0-9])N[-_]?(\d+)[-_]n[-_]?(\d+)(?![0-9])")
+
+
+def _slurm_name(name: str) -> tuple[int, int] | None:
+    """(tasks, nodes) from a file name carrying Slurm's -n and -N counts, when they are consistent."""
+    m = _SLURM_TASKS_NODES.search(name)
+    tasks, nodes = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not m:
+        m = _SLURM_NODES_TASKS.search(name)
+        if not m:
+            return None
+        nodes, tasks = int(m.group(1)), int(m.group(2))
+    if nodes < 1 or tasks < nodes or tasks % nodes:
+        return None
+    return tasks, nodes
 
 
 def _read_lines(p: Path) -> list[str]:
@@ -583,7 +608,15 @@ def parse_lines(
     else:
         n_nodes = len(hosts) or _nodes_from_name(p.name)
     gpn = nranks // n_nodes if nranks and n_nodes and nranks % n_nodes == 0 else None
-    if nranks is None and n_nodes and hint is not None:
+    slurm = _slurm_name(p.name)
+    if nranks is None and n_nodes and slurm is not None and slurm[1] == n_nodes:
+        # a table without rank lines named after Slurm's -n and -N: both counts are the job's own
+        gpn, nranks = slurm[0] // n_nodes, slurm[0]
+        assumed = (
+            f"no '#  Rank' lines: {n_nodes} nodes and {nranks} ranks ({gpn} per node) from the file name "
+            "(Slurm's -N and -n)"
+        )
+    elif nranks is None and n_nodes and hint is not None:
         # a table without rank lines (a pasted or extracted table): nodes from the file name (or ``nodes``),
         # GPUs per node as the caller assumes them; the note says so
         gpn, nranks = hint.gpus_per_node, n_nodes * hint.gpus_per_node
