@@ -160,3 +160,15 @@ def test_compare_reads_the_campaigns_own_table_names(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "job-n-00064-N-0016.txt: no '#  Rank' lines: 16 nodes and 64 ranks (4 per node)" in r.stderr
     assert "compared with 8 measured rows" in r.stderr
+
+
+def test_import_of_a_rankless_table_names_the_fix(cli, refused, tmp_path):
+    """`import nccl-tests` of the 16-node table said only "cannot tell the number of ranks"; the file name
+    gives the nodes, so the refusal now names the missing GPUs per node and the option that gives them."""
+    r = cli("import", "nccl-tests", str(HELD[1]), "-o", str(tmp_path / "a"))
+    refused(r, "alpscfg2_n16_all_reduce.txt", "16 nodes from the file name", "--gpus-per-node")
+    named = tmp_path / "job-n-00064-N-0016.txt"  # the campaign's own name gives both counts
+    named.write_bytes(HELD[1].read_bytes())
+    r = cli("import", "nccl-tests", str(named), "-o", str(tmp_path / "b"))
+    assert r.returncode == 0, r.stderr
+    assert "64 ranks, 30 steps" in r.stdout + r.stderr

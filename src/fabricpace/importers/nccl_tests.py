@@ -45,8 +45,15 @@ def import_nccl_tests(src: str | Path, out: str | Path, *, gpus_per_node: int | 
     sizes = {log.nranks for log in logs}
     if None in sizes:
         bad = next(log for log in logs if log.nranks is None)
+        if bad.nodes is not None:  # a table without rank lines whose file name gives the node count
+            raise ParseError(
+                f"{bad.label}: no '#  Rank N ... on HOST device D' lines: {bad.nodes} nodes from the file "
+                "name, but not the GPUs per node; give them (--gpus-per-node 4)"
+            )
         raise ParseError(
-            f"{bad.label}: no '#  Rank N ... on HOST device D' lines; cannot tell the number of ranks"
+            f"{bad.label}: no '#  Rank N ... on HOST device D' lines; cannot tell the number of ranks: give "
+            "the complete log, or name the file after its node count (n4_all_reduce.log) and give "
+            "--gpus-per-node"
         )
     if len(sizes) > 1:
         raise RunDirError(
