@@ -17,7 +17,8 @@ from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.fleet import Fleet
 from fabricpace.pacing.rebalance import counts_from_shares, damped_shares, speed_shares
 from fabricpace.pacing.state import PacingState
-from fabricpace.run.window import WindowRows
+from fabricpace.pacing.stragglers import tail_gone
+from fabricpace.run.window import WindowRows, tail_steps
 
 # (severity, policy, candidate state, reason, rank): one candidate of a trial
 Candidate = tuple[float, str, PacingState, str, int]
@@ -90,6 +91,12 @@ def unconfirmed(fleet: Fleet, pend: Pending, config: PacingConfig) -> str | None
         # (it may still be slower than the median, only no longer as much as the move assumed)
         return (f"less than half as slow per sample as when the move was proposed ({now * 100:+.0f}% vs "
                 f"median, {pend.excess * 100:+.0f}% then)")
+    if fleet.steps > tail_steps(int(fleet.steps)):
+        # A confirmation window longer than its tail (lengthened after stragglers vanished by their
+        # probe): a straggler slow in its first steps only has ended within it.
+        late = tail_gone(fleet, slow, config)
+        if late is not None:
+            return f"no longer slower per sample in its last steps ({late * 100:+.0f}% vs median)"
     if not (fleet.has_arrivals and np.isfinite(pend.last)) or pend.last < config.straggler_clear_last_share:
         return None  # (arrival order says little of a group that was not last nearly always)
     group = excess >= config.straggler_compute_excess

@@ -59,7 +59,7 @@ def straggler_gone(trial: Trial, fleet: Fleet, config: PacingConfig) -> str | No
     # (the same test a kept move is undone by); else the trial would run another pair after it.
     if fleet.steps <= tail_steps(int(fleet.steps)):
         return None
-    late = _tail_gone(fleet, donors, config)
+    late = tail_gone(fleet, donors, config)
     if late is None:
         return None
     return f"{who} no longer slower per sample in the ON window's last steps ({late * 100:+.0f}% vs median)"
@@ -116,7 +116,7 @@ def recovered(fleet: Fleet, shares: np.ndarray, config: PacingConfig) -> str | N
     # (a later small adjustment can leave ranks a hair below equal; they are not its stragglers).
     gave = 1.0 / shares.size - shares
     donors = np.flatnonzero((gave > 1e-9) & (gave >= 0.5 * float(gave.max())))
-    now = _tail_gone(fleet, donors, config)
+    now = tail_gone(fleet, donors, config)
     if now is None:
         return None
     who = fmt_who(donors)
@@ -126,7 +126,7 @@ def recovered(fleet: Fleet, shares: np.ndarray, config: PacingConfig) -> str | N
     )
 
 
-def _tail_gone(fleet: Fleet, ranks: np.ndarray, config: PacingConfig) -> float | None:
+def tail_gone(fleet: Fleet, ranks: np.ndarray, config: PacingConfig) -> float | None:
     """The median excess per sample of ``ranks`` over the tail's median when it is below
     ``straggler_tail_gone_excess`` (they are no longer slow in the window's last steps), else None
     (still slow, no ranks, the tail not known, or the check off)."""
