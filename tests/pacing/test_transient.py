@@ -585,3 +585,20 @@ def test_windows_that_wait_on_a_straggler_do_not_set_the_quiet_transfer_level(su
         _, out = ctl.update(50 * (w + 1), summaries(w, transfer_ms=10.0, wait_ms=30.0))
         assert not ctl._inflated_now and out == [], (w, out)
     assert ctl._quiet_transfer == pytest.approx(10.0 / 60.0)
+
+
+def test_only_a_straggler_that_ended_lengthens_the_next_confirmation(summaries):
+    """A confirmation that fails because the group is weaker (still above the trigger: outweighed, not
+    ended) leaves the next confirmation at 5 steps; one whose group ended doubles it (audit 18: t10 of
+    scenarios_unseen2 lost 0.6 points at 4 nodes when every failed confirmation counted)."""
+    comp, last = [60.0, 60.0, 60.0, 69.0], [5.0, 5.0, 5.0, 35.0]  # 15% slow, last in 70%
+    for confirm_ms, expect in ((64.0, 5), (60.0, 10)):  # 6.7% slow: weaker; 0%: ended
+        ctl = Controller(4, PacingConfig(trigger_windows=2), policies=["rebalance"])
+        ctl.update(50, summaries(0, compute_ms=comp, last=last))
+        ctl.update(100, summaries(1, compute_ms=comp, last=last))
+        seen = [replace(x, first_step=100) for x in summaries(2, steps=5, last=last,
+                                                            compute_ms=[60.0, 60.0, 60.0, confirm_ms])]
+        _, out = ctl.update(105, seen)
+        assert [d.action for d in out] == ["note"], out
+        ctl.update(155, summaries(3, compute_ms=comp, last=last))
+        assert ctl.next_window_steps == expect, (confirm_ms, ctl.next_window_steps)

@@ -27,7 +27,7 @@ import numpy as np
 from fabricpace.pacing.config import PacingConfig, parse_policies
 from fabricpace.pacing.fleet import Fleet, fleet_view, leaves_from_summaries, merge_windows
 from fabricpace.pacing.guard import Guard, Verdict, drift_sd
-from fabricpace.pacing.moves import Candidate, Pending, unconfirmed
+from fabricpace.pacing.moves import Candidate, Pending, straggler_ended, unconfirmed
 from fabricpace.pacing.placement import plan_placement
 from fabricpace.pacing.state import Decision, PacingState
 from fabricpace.pacing.stragglers import (
@@ -204,7 +204,8 @@ class Controller:
         cands = pend.candidates
         why = unconfirmed(fleet, pend, self.config)
         if why is not None:
-            self._short_lived += 1
+            # (a straggler that ended, not one outweighed by a second one: t10 of scenarios_unseen2)
+            self._short_lived += straggler_ended(fleet, pend, self.config)
             cands = [c for c in cands if c[1] != "rebalance"]
             self._decide(out, step, "rebalance", "note", 0.0,
                          f"{fmt_who(pend.slow)} {why} in the {fleet.steps:.0f} steps after the window that "

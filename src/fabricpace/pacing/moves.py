@@ -108,6 +108,19 @@ def unconfirmed(fleet: Fleet, pend: Pending, config: PacingConfig) -> str | None
     return None
 
 
+def straggler_ended(fleet: Fleet, pend: Pending, config: PacingConfig) -> bool:
+    """Whether the slow group of an unconfirmed first move is no longer slow at all in the confirmation
+    window ``fleet`` (below the trigger in its median, or gone in its last steps) — it ended, rather
+    than being outweighed by a second straggler or falling short of the arrival test."""
+    cps, slow = fleet.cps, pend.slow
+    if slow.size == 0 or not (np.all(np.isfinite(cps)) and np.all(cps > 0)):
+        return False
+    now = float(np.median(cps[slow])) / float(np.median(cps)) - 1.0
+    if now < config.straggler_compute_excess:
+        return True
+    return fleet.steps > tail_steps(int(fleet.steps)) and tail_gone(fleet, slow, config) is not None
+
+
 def fmt_shares(shares: np.ndarray, world: int, most: int = 16) -> str:
     """Shares as multiples of an equal share, for decision reasons: ``[0.75 1.08 1.08 1.08]x equal``;
     beyond ``most`` ranks only those off the median share, largest change first (a reason listing
