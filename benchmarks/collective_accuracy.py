@@ -275,6 +275,15 @@ def main() -> None:
         "      8 nodes, run_0000 (degraded job: 9x slower at 32M than run_0001): model: "
         f"{stats((bad / degraded.time_s - 1) * 100)}"
     )
+    # set after seeing these rows: NCCL's LL128 rule for a NIC behind the CPU (docs/cluster-files.md)
+    no_ll128 = load_cluster(alps.preset).with_tuning(ll128_across_nodes=False)
+    sc2, summary2 = evaluate(alps, "all_reduce", no_ll128)
+    head = "with tuning.ll128_across_nodes: false (set after seeing the rows)"
+    print(f"    {head}: {summary2.splitlines()[0]}")
+    for n in np.unique(sc2.nodes):
+        m = sc2.nodes == n
+        print(f"    {int(n):>3} nodes  model: {stats(sc2.errors('model')[m])}")
+    print(f"    all      model: {stats(sc2.errors('model'))}")
 
     print("\nsecondary check, another protocol (no 4-node run on this cluster; not the issue's protocol):")
     for ds in secondary_datasets():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 
 def test_json_rows_have_the_contract_keys(cli):
@@ -123,7 +124,8 @@ def test_calibrating_a_file_that_does_not_match_the_logs_says_so(cli, data_dir):
     r = cli("collective", "--cluster", "dgx-h100-ib", "--calibrate", *logs, "--nodes", "8", "--sizes", "1G",
             "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert "note: fitted net_efficiency 0.2" in r.stderr and "more or faster NICs" in r.stderr
+    # 0.18 with the overlapped ring floor the fit keeps on these rows (audit 18), 0.2x with the added one
+    assert re.search(r"note: fitted net_efficiency 0\.[12]\d", r.stderr) and "more or faster NICs" in r.stderr
     assert "note: fitted nvls_tree_efficiency 0.1" in r.stderr
     assert "ran 4 GPUs per node" in r.stderr
     assert json.loads(r.stdout)[0]["gpus"] == 32

@@ -172,3 +172,58 @@ def test_import_of_a_rankless_table_names_the_fix(cli, refused, tmp_path):
     r = cli("import", "nccl-tests", str(named), "-o", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr
     assert "64 ranks, 30 steps" in r.stdout + r.stderr
+
+
+# ---- LL128 across nodes and the overlapped proxy floor (tuning.ll128_across_nodes, tuning.ring_floor) ----
+def _no_ll128():
+    return load_cluster(DATA / "alps.yaml").with_tuning(ll128_across_nodes=False)
+
+
+def test_ll128_across_nodes_off_leaves_ll128_inside_a_node_only():
+    from fabricpace.fabric.collectives import candidate_plans
+
+    cl = _no_ll128()
+    assert ("ring", "LL128") in candidate_plans(cl, "all_reduce", 1, 4)
+    assert {p for _, p in candidate_plans(cl, "all_reduce", 8, 4)} == {"LL", "Simple"}
+    assert collective_time(cl, "all_reduce", 64 << 20, nodes=16).protocol == "Simple"
+    forced = collective_time(cl, "all_reduce", 64 << 20, nodes=16, protocol="LL128")  # NCCL_PROTO still can
+    assert forced.protocol == "LL128"
+
+
+def test_fast_model_equals_collective_time_with_the_floor_overlapped():
+    from fabricpace.fabric.calibrate import FastModel
+
+    values = dict(net_efficiency=0.95, tree_efficiency=0.5, nvls_tree_efficiency=0.8, base_us=300.0,
+                  net_overhead_us=10.0)
+    cl = _no_ll128().with_tuning(**values, ring_floor="overlapped")
+    pts = points_from_logs([parse_log(p, hint=HINT) for p in [*CAL, *HELD]], min_bytes=1 << 20)
+    fast = FastModel(cl, pts).times(**values, ring_floor="overlapped")
+    slow = [collective_time(cl, "all_reduce", s, nodes=int(n)).time_s
+            for s, n in zip(pts.nbytes, pts.nodes, strict=True)]
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+    added = FastModel(cl, pts).times(**values)  # the floor hides data: never slower than floor + data
+    assert np.all(fast <= added * (1 + 1e-12)) and np.any(fast < added * 0.9)
+
+
+def test_alps_without_ll128_across_nodes_fits_the_overlapped_floor_and_predicts_within_28_percent():
+    """The 4-node rows of 32 and 64 MiB take 1.29 and 1.43 ms (a floor, not a bandwidth); a floor added to
+    the data cannot fit them, a floor the data hides can: the fit keeps ``overlapped`` (loss 0.342 against
+    0.371). Held-out 8/16/32 nodes: 4.7% median, 27.2% worst when written (64.5% with LL128 and the added
+    floor); every 512 MiB-4 GiB row within 8%."""
+    fit = calibrate_cluster(_no_ll128(), CAL, op="all_reduce", hint=HINT)
+    assert fit.cluster.tuning.ring_floor == "overlapped"
+    assert "ring steps overlap their data with the proxy floor" in fit.summary()
+    test = points_from_logs([parse_log(p, hint=HINT) for p in HELD])
+    model = np.array([collective_time(fit.cluster, "all_reduce", int(s), nodes=int(n)).time_s
+                      for s, n in zip(test.nbytes, test.nodes, strict=True)])
+    err = np.abs(model / test.time_s - 1) * 100
+    assert err.max() <= 28.0 and np.median(err) <= 5.0, err
+    assert err[test.nbytes >= 512 << 20].max() <= 8.0
+
+
+def test_the_headline_fits_keep_the_added_floor(data_dir):
+    """On the H100 IB logs the overlapped floor fits worse in-sample: the fit keeps NCCL's added form, so
+    benchmarks/collective_accuracy.py's headline is unchanged."""
+    logs = [parse_log(data_dir / f"h100ib_n{n}_all_reduce.log") for n in (2, 4)]
+    fit = calibrate_cluster(load_cluster("dgx-h100-ib"), logs)
+    assert fit.cluster.tuning.ring_floor == "added" and "overlap" not in fit.summary()

@@ -87,7 +87,14 @@ class Tuning(BaseModel):
     ``tuner``: who picks the algorithm and protocol: ``nccl`` (NCCL's cost model, with NCCL's constants)
     or ``aws-ofi-p5`` (the region tables of AWS's aws-ofi-nccl tuner plugin for p5; fabric/tuner.py).
     ``channels``: NCCL channels (parallel rings/trees). ``nvls``: NVLink SHARP available (H100 NVSwitch),
-    with its intra-node all-reduce ``nvls_busbw_gbytes``. ``source``: defaults, or the logs of a fit;
+    with its intra-node all-reduce ``nvls_busbw_gbytes``. ``ll128_across_nodes``: false where NCCL leaves
+    LL128 off for rings and trees that span nodes: it enables it only when a GPU reaches its NIC through
+    PCIe switches (PXB), or on Hopper and later through another GPU (PXN) (src/graph/tuning.cc of the
+    NCCL 2.2x releases); a NIC behind the CPU, as on GH200 (C2C to Grace, then PCIe: PHB), is neither.
+    ``ring_floor``: how a ring step's proxy floor meets its data: ``added`` (the floor, then the data,
+    NCCL's own estimate) or ``overlapped`` (each step takes max(floor, hop + its data): a floor set by a
+    per-message cost of the transport that the data hides); calibration keeps the one that fits its rows
+    better. ``source``: defaults, or the logs of a fit;
     ``calibrated_sizes``: the size range of the rows that fit used.
     """
 
@@ -103,6 +110,8 @@ class Tuning(BaseModel):
     channels: int = Field(default=16, ge=1, le=64)
     nvls: bool = False
     nvls_busbw_gbytes: float = Field(default=480.0, gt=0)
+    ll128_across_nodes: bool = True
+    ring_floor: Literal["added", "overlapped"] = "added"
     source: str = "defaults"
     # [smallest, largest] size in bytes of the rows a calibration fitted (written by --calibrate); predictions
     # outside it get a note: the fitted fixed cost carries the large sizes' fixed costs

@@ -243,6 +243,13 @@ class LatencyParts:
         steps = self.intra_steps * max(self.intra_us, floor) + self.inter_steps * max(self.inter_us, floor)
         return base_us * self.base_share + self.fixed_us + steps
 
+    def floor_us(self, net_overhead_us: float) -> float:
+        """What the proxy floor adds to the steps' hop latencies (0 without a floor or below the hops)."""
+        floor = net_overhead_us * self.overhead_mult
+        return self.intra_steps * max(floor - self.intra_us, 0.0) + self.inter_steps * max(
+            floor - self.inter_us, 0.0
+        )
+
 
 def latency_parts(
     cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int
@@ -292,10 +299,12 @@ def _candidates(cluster: Cluster, op: str, nodes: int, g: int) -> list[str]:
     return ["ring", "nvls_tree" if nvls else "tree"]
 
 
-def _protocols(cluster: Cluster, algorithm: str) -> list[str]:
+def _protocols(cluster: Cluster, algorithm: str, nodes: int = 1) -> list[str]:
     if algorithm in ("nvls", "nvls_tree", "hierarchical"):
         return ["Simple"]
     if cluster.intra_node.kind == "pcie":  # NCCL enables LL128 on NVLink platforms only
+        return ["LL", "Simple"]
+    if nodes > 1 and not cluster.tuning.ll128_across_nodes:  # a NIC behind the CPU (cluster.py, Tuning)
         return ["LL", "Simple"]
     return list(PROTOCOLS)
 
@@ -309,6 +318,7 @@ class _Plan:
     latency_s: float
     fixed_time: float  # seconds per byte of S on the busiest NIC / NVLink / sprayed link
     fixed_link: int  # that link (-1: the NVSwitch itself)
+    floor_s: float = 0.0  # the part of latency_s that is the proxy floor, overlapped with data (ring_floor)
 
 
 def network_efficiency(tuning: Tuning, algorithm: str) -> float:
@@ -384,7 +394,10 @@ def _plan(
     t = float(ratio[link])
     if algorithm == "nvls_tree" and nvls_t > t:
         t, link = nvls_t, -1
-    return _Plan(algorithm, protocol, pat, cap, lat, t, link)
+    floor = 0.0
+    if tu.ring_floor == "overlapped":
+        floor = latency_parts(cl, op, algorithm, protocol, nodes, g).floor_us(tu.net_overhead_us) * 1e-6
+    return _Plan(algorithm, protocol, pat, cap, lat, t, link, floor)
 
 
 def _validate(cluster: Cluster, op: str, nbytes: float, nodes: int, gpus_per_node: int | None) -> int:
@@ -434,11 +447,11 @@ def _select(
     fab = _fabric(nom, nodes, None)
     algs = [algorithm] if algorithm else _candidates(cluster, op, nodes, g)
     if protocol and not algorithm:  # NCCL_PROTO=LL leaves out the algorithms that run Simple only (NVLS)
-        algs = [a for a in algs if protocol in _protocols(cluster, a)] or algs
+        algs = [a for a in algs if protocol in _protocols(cluster, a, nodes)] or algs
     best: tuple[float, str, str] | None = None
     for a in algs:
         nominal = _plan(fab, op, nodes, g, a, "Simple", True)
-        for p in [protocol] if protocol else _protocols(cluster, a):
+        for p in [protocol] if protocol else _protocols(cluster, a, nodes):
             t = _latency_s(nom, op, a, p, nodes, g) + nbytes * nominal.fixed_time / _PROTO_BW[p]
             if best is None or t < best[0]:
                 best = (t, a, p)
@@ -527,7 +540,9 @@ def _choose(
 
 
 def _times(plan: _Plan, nbytes: float, uplink_per_byte: np.ndarray) -> np.ndarray:
-    return plan.latency_s + nbytes * np.maximum(plan.fixed_time, uplink_per_byte) / _PROTO_BW[plan.protocol]
+    data = nbytes * np.maximum(plan.fixed_time, uplink_per_byte) / _PROTO_BW[plan.protocol]
+    # tuning.ring_floor "overlapped": each ring step takes max(floor, hop + its data), not floor + data
+    return plan.latency_s - plan.floor_s + np.maximum(data, plan.floor_s)
 
 
 def collective_time(
@@ -646,7 +661,7 @@ def model_terms(cluster: Cluster, op: str, nodes: int, g: int, algorithm: str) -
 
 def candidate_plans(cluster: Cluster, op: str, nodes: int, g: int) -> list[tuple[str, str]]:
     """(algorithm, protocol) pairs the selection considers."""
-    return [(a, p) for a in _candidates(cluster, op, nodes, g) for p in _protocols(cluster, a)]
+    return [(a, p) for a in _candidates(cluster, op, nodes, g) for p in _protocols(cluster, a, nodes)]
 
 
 def latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
