@@ -99,6 +99,16 @@ def alps_dataset() -> tuple[Dataset, Points]:
     return ds, degraded
 
 
+def alps_compat0_dataset() -> Dataset:
+    """The campaign's other configuration (FI_CXI_COMPAT_0): 2-node table, the raw 4-node Slurm output and
+    the 8- and 16-node tables (rows with #wrong are left out); its 32-node job is degraded and not used."""
+    hint = LayoutHint(gpus_per_node=4, source="benchmark")
+    files = ["alpscompat0_n2_all_reduce.txt", "alps_n4_all_reduce.out", "alpscompat0_n8_all_reduce.txt",
+             "alpscompat0_n16_all_reduce.txt"]
+    logs = [parse_log(DATA / f, hint=hint) for f in files]
+    return Dataset("alps-c0", str(DATA / "alps.yaml"), points_from_logs(logs), "the same campaign")
+
+
 POLARIS_PROTOCOLS = ((2, 8), (2,))  # no 4-node run: fit 2+8 -> 256, 540; fit 2 -> 8 (and beyond)
 
 
@@ -277,13 +287,17 @@ def main() -> None:
     )
     # set after seeing these rows: NCCL's LL128 rule for a NIC behind the CPU (docs/cluster-files.md)
     no_ll128 = load_cluster(alps.preset).with_tuning(ll128_across_nodes=False)
-    sc2, summary2 = evaluate(alps, "all_reduce", no_ll128)
-    head = "with tuning.ll128_across_nodes: false (set after seeing the rows)"
-    print(f"    {head}: {summary2.splitlines()[0]}")
-    for n in np.unique(sc2.nodes):
-        m = sc2.nodes == n
-        print(f"    {int(n):>3} nodes  model: {stats(sc2.errors('model')[m])}")
-    print(f"    all      model: {stats(sc2.errors('model'))}")
+    for ds in (alps, alps_compat0_dataset()):
+        variants = ((None, "as written"), (no_ll128, "ll128_across_nodes: false (set after seeing)"))
+        for cluster, how in variants:
+            if ds is alps and cluster is None:
+                continue  # printed above
+            sc2, summary2 = evaluate(ds, "all_reduce", cluster)
+            print(f"  {ds.name}, {how}: {summary2.splitlines()[0].split(': ', 1)[1]}")
+            for n in np.unique(sc2.nodes):
+                m = sc2.nodes == n
+                print(f"    {int(n):>3} nodes  model: {stats(sc2.errors('model')[m])}")
+            print(f"    all      model: {stats(sc2.errors('model'))}")
 
     print("\nsecondary check, another protocol (no 4-node run on this cluster; not the issue's protocol):")
     for ds in secondary_datasets():
