@@ -247,6 +247,11 @@ def test_study_plan_checks(tmp_path):
     ghost.write_text("slow:\n  - {rank: 9, factor: 2}\n")
     with pytest.raises(InputError, match="rank 9 does not exist"):
         check_plan(StudyPlan(**{**base, "nodes": (2, 1), "noise": str(ghost)}))
+    # (audit 18: the message names the job that lacks the rank and the node fault that serves every
+    # count; a scenario with nodes [4, 96] and rank 500 read "the job has ranks 0..31" only)
+    with pytest.raises(InputError, match=r"in the 1-node job \(ranks 0\.\.\d+\); run at least \d+ nodes, "
+                       r"or name its node instead \(node: \d+\)"):
+        check_plan(StudyPlan(**{**base, "nodes": (2, 1), "noise": str(ghost)}))
 
 
 def test_study_that_cannot_run_every_point_writes_nothing(cli, tmp_path):

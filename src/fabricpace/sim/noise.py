@@ -150,9 +150,16 @@ class Noise:
         outside: list[str] = []
         for i, s in enumerate(self.spec.slow):
             if s.rank is not None and s.rank >= world:
+                # A study runs every node count with one noise file: say which job lacks the rank, and
+                # that a node fault (which jobs without the node skip) serves every count.
+                per = max(1, world // max(1, nodes))
+                node = s.rank // per
+                fix = (f"run at least {node + 1} nodes, or name its node instead (node: {node}), which "
+                       "jobs without that node leave out") if node < (cluster_nodes or node + 1) else \
+                    f"the cluster has only {cluster_nodes} nodes: name a smaller rank"
                 raise ConfigError(
                     f"{self.source}: field 'slow.{i}.rank': rank {s.rank} does not exist "
-                    f"(the job has ranks 0..{world - 1})"
+                    f"in the {nodes}-node job (ranks 0..{world - 1}); {fix}"
                 )
             if s.node is not None and nodes <= s.node < (cluster_nodes or 0):
                 outside.append(f"slow.{i}: node {s.node} is not in this {nodes}-node job")
