@@ -165,3 +165,23 @@ def test_arguments_after_double_dash_are_named_as_such(cli, refused, tmp_path):
     # They were reported "after --sizes, which takes one value", the option before '--'.
     r = cli("collective", "--nodes", "4", "--sizes", "1G", "--", "extra.log")
     refused(r, "extra.log after '--'", "--calibrate or --compare")
+
+
+def test_compare_prints_a_line_per_log_and_the_score_without_degraded_ones(cli):
+    # The pooled median of three held-out Alps logs (15.7%) hid that one log, a degraded job (64 MiB in
+    # 81% of the time of 1 GiB), made the worst rows; a line per log says which (audit 18, H1).
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "fabric" / "data"
+    fit = [str(data / f"alpscfg2_n{n}_all_reduce.txt") for n in (2, 4)]
+    held = [str(data / f"alpscfg2_n{n}_all_reduce.txt") for n in (8, 16, 32)]
+    r = cli("collective", "--cluster", str(data / "alps.yaml"), "--gpus-per-node", "4", "--nodes", "8",
+            "--sizes", "1G", "--calibrate", *fit, "--compare", *held)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("compared with 24 measured rows"))
+    per_log = lines[first + 1:first + 5]
+    assert [ln.split(" (")[0].strip() for ln in per_log[:3]] == [Path(p).name for p in held]
+    assert "(8 nodes, 8 rows)" in per_log[0] and "degraded (see its note)" in per_log[0]
+    assert all("degraded" not in ln for ln in per_log[1:3])
+    assert per_log[3].startswith("  without the degraded log(s): 16 rows, time error median")

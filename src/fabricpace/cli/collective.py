@@ -421,11 +421,10 @@ def _score(
     times, the sizes calibration uses), median and worst error and where the worst one is."""
     from dataclasses import replace
 
-    import numpy as np
-
     from fabricpace.fabric.nccl_tests_runs import parse_logs, runs_notes, shown_names
 
     errs: list[tuple[float, int, int]] = []
+    per_log: list[tuple[str, int, list[tuple[float, int, int]], bool]] = []  # name, nodes, errors, degraded
     notes: list[str] = []  # what reading the logs left out (a failed run's missing sizes, other sweeps)
     n_logs, several = 0, False
     shown = shown_names(paths)  # files of one base name (per-job folders) named by their folders
@@ -458,17 +457,37 @@ def _score(
                 )
             if log.nodes > cl.nodes:
                 raise InputError(f"--compare {where}: {log.nodes} nodes, more than cluster {cl.name!r} has")
-            errs += _errors(cl, op, log, gpus_per_node, algorithm, protocol, seed)
+            mine = _errors(cl, op, log, gpus_per_node, algorithm, protocol, seed)
+            errs += mine
+            label = log.name
+            per_log.append((label, log.nodes, mine, log.stalled_pair() is not None))
     if not errs:
         return "compared with 0 measured rows: none between 32 MB and 8 GB in the --compare logs"
+    logs = f"{n_logs} run(s) in {len(paths)} file(s)" if several else f"{len(paths)} log(s)"
+    out = "".join(f"{n}\n" for n in notes)
+    pooled = _error_summary(errs, nodes=True)
+    out += f"compared with {len(errs)} measured rows (32 MB-8 GB) of {logs}: {pooled}"
+    if len([x for x in per_log if x[2]]) > 1:
+        # one line per log: a pooled median hides which node count or which job the misses come from
+        for label, nodes, mine, degraded in per_log:
+            if mine:
+                flag = "; degraded (see its note): no model predicts it" if degraded else ""
+                out += f"\n  {label} ({nodes} nodes, {len(mine)} rows): {_error_summary(mine)}{flag}"
+        healthy = [x for _, _, mine, degraded in per_log if not degraded for x in mine]
+        if healthy and len(healthy) < len(errs):
+            rest = _error_summary(healthy, nodes=True)
+            out += f"\n  without the degraded log(s): {len(healthy)} rows, {rest}"
+    return out
+
+
+def _error_summary(errs: list[tuple[float, int, int]], *, nodes: bool = False) -> str:
+    """'time error median X%, worst +Y% (SIZE[ on N nodes])' of (relative error, nodes, size) rows."""
+    import numpy as np
+
     e = np.abs([x[0] for x in errs])
     worst = errs[int(np.argmax(e))]
-    logs = f"{n_logs} run(s) in {len(paths)} file(s)" if several else f"{len(paths)} log(s)"
-    return "".join(f"{n}\n" for n in notes) + (
-        f"compared with {len(errs)} measured rows (32 MB-8 GB) of {logs}: time error median "
-        f"{100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% "
-        f"({human_size(worst[2])} on {worst[1]} nodes)"
-    )
+    where = f"{human_size(worst[2])} on {worst[1]} nodes" if nodes else human_size(worst[2])
+    return f"time error median {100 * float(np.median(e)):.1f}%, worst {100 * worst[0]:+.1f}% ({where})"
 
 
 def _errors(
