@@ -231,3 +231,15 @@ def test_the_headline_fits_keep_the_added_floor(data_dir):
     logs = [parse_log(data_dir / f"h100ib_n{n}_all_reduce.log") for n in (2, 4)]
     fit = calibrate_cluster(load_cluster("dgx-h100-ib"), logs)
     assert fit.cluster.tuning.ring_floor == "added" and "overlap" not in fit.summary()
+
+
+def test_a_time_set_by_the_overlapped_floor_names_no_link():
+    """H1 (audit 18): the bottleneck column named the NIC where the ring-step floor set the time."""
+    cl = _no_ll128().with_tuning(net_overhead_us=40.0, ring_floor="overlapped")
+    small = collective_time(cl, "all_reduce", 32 << 20, nodes=16, algorithm="ring")
+    big = collective_time(cl, "all_reduce", 8 << 30, nodes=16, algorithm="ring")
+    assert small.bottleneck == "ring-step floor (latency)" and small.bottleneck_flows == 0
+    assert "nic" in big.bottleneck  # the data, not the floor, sets an 8 GiB ring's time
+    added = collective_time(cl.with_tuning(ring_floor="added"), "all_reduce", 32 << 20, nodes=16,
+                            algorithm="ring")
+    assert "floor" not in added.bottleneck  # the added form: the data's link still names the bottleneck

@@ -575,7 +575,12 @@ def collective_time(
     t = float(_times(plan, nbytes, np.array([up]))[0])
     ranks = nodes * g
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    if up > plan.fixed_time:  # a spine path is the narrowest link of this draw
+    data_s = nbytes * max(plan.fixed_time, up) / _PROTO_BW[plan.protocol]
+    if plan.floor_s > 0 and plan.floor_s >= data_s:
+        # tuning.ring_floor "overlapped" and a floor longer than the data: no link sets this time, the
+        # per-step proxy floor does (naming the NIC sent users to the fabric; audit 18)
+        name, nflows = "ring-step floor (latency)", 0
+    elif up > plan.fixed_time:  # a spine path is the narrowest link of this draw
         # a collision only when hashing had a choice (several spines) and put several flows on this path;
         # one spine, or one flow, is simply the narrowest link (an oversubscribed uplink)
         collided = fab.topo.spines > 1 and up_flows > 1
