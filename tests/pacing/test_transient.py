@@ -602,3 +602,19 @@ def test_only_a_straggler_that_ended_lengthens_the_next_confirmation(summaries):
         assert [d.action for d in out] == ["note"], out
         ctl.update(155, summaries(3, compute_ms=comp, last=last))
         assert ctl.next_window_steps == expect, (confirm_ms, ctl.next_window_steps)
+
+
+def test_a_longer_confirmation_is_for_the_group_that_ended_only(summaries):
+    """Rank 3 ended within its confirmation: its next move is confirmed over 10 steps, but a straggler
+    on another rank (slowness that moves between ranks, audit 18's e04: +6.25% at 4 nodes, +2.85% while
+    every group waited longer) is confirmed over the usual 5."""
+    last3, last2 = [5.0, 5.0, 5.0, 35.0], [5.0, 5.0, 35.0, 5.0]
+    slow3, slow2 = [60.0, 60.0, 60.0, 69.0], [60.0, 60.0, 69.0, 60.0]
+    for comp, last, windows, expect in ((slow3, last3, 1, 10), (slow2, last2, 2, 5)):
+        ctl = Controller(4, PacingConfig(trigger_windows=2), policies=["rebalance"])
+        ctl.update(50, summaries(0, compute_ms=slow3, last=last3))
+        ctl.update(100, summaries(1, compute_ms=slow3, last=last3))
+        ctl.update(105, [replace(x, first_step=100) for x in summaries(2, steps=5, last=last3)])  # ended
+        for k in range(windows):  # (rank 3's streak goes on; rank 2 needs its own two windows)
+            ctl.update(155 + 50 * k, summaries(3 + k, compute_ms=comp, last=last))
+        assert ctl._pending is not None and ctl.next_window_steps == expect, (comp, ctl.next_window_steps)

@@ -81,14 +81,16 @@ class Controller:
         # slowness on this job does not persist from one window to the next (it wanders between
         # ranks, or comes and goes), so the one-window shortcut for a new straggler is off from then on.
         self._stragglers_wander = False
-        # First moves whose straggler was gone by their probe, since the last kept move: a straggler
-        # that keeps vanishing before its move runs lives shorter than a window plus its confirmation,
-        # and every such probe runs moved samples on a healthy fleet (one sample more on the ranks that
-        # took them: +12.5% compute at 8 samples per GPU).
-        self._gone_probes = 0
-        # Stragglers that ended within a first move's confirmation window or by its probe, since the
-        # last kept move: each doubles the next confirmation window (``_confirm_len``).
-        self._short_lived = 0
+        # Per slow group (its ranks), since the last kept move: first moves whose straggler was gone by
+        # their probe — a group that keeps vanishing before its move runs is slow for less than a window
+        # plus a confirmation, and every such probe runs moved samples on a healthy fleet (one sample
+        # more on the ranks that took them: +12.5% compute at 8 samples per GPU) — and, with them, the
+        # times the group ended within its confirmation window: each doubles the group's next
+        # confirmation window (``_confirm_len``). Per group: a straggler that moves to other ranks
+        # (a new group each time) is no reason to wait longer for the next one.
+        self._gone_probes: dict[tuple[int, ...], int] = {}
+        self._short_lived: dict[tuple[int, ...], int] = {}
+        self._move_group: tuple[int, ...] = ()  # the slow group of the last first move proposed
         self._last_window = -1  # index of the window of the last update
         self._inflation = 0.0  # this window's transfer / its quiet level
         self._transfer_now = math.nan  # this window's transfer per unit of compute
@@ -171,13 +173,14 @@ class Controller:
         return self.state, out
 
     def _confirm_len(self) -> int:
-        """Steps of a confirmation window: ``rebalance_confirm_steps``, doubled for each first move whose
-        straggler ended within its confirmation window or by its probe (since the last kept move), at
-        most a whole window. On a job whose stragglers end within a few steps of being seen, a longer
-        look on the old shares (free) sees them end — ``unconfirmed`` then reads its last steps too —
-        where a probe would run moved samples on a healthy fleet."""
+        """Steps of a confirmation window: ``rebalance_confirm_steps``, doubled each time the pending
+        move's slow group (the same ranks) ended within its confirmation window or by its probe (since
+        the last kept move), at most a whole window. For a group slow for a few steps at a time, a
+        longer look on the old shares (free) sees it end — ``unconfirmed`` then reads its last steps
+        too — where a probe would run moved samples on a healthy fleet."""
         base = self.config.rebalance_confirm_steps
-        return max(base, min(base * 2 ** min(self._short_lived, 8), round(self._full_steps)))
+        n = self._short_lived.get(self._move_group, 0)
+        return max(base, min(base * 2 ** min(n, 8), round(self._full_steps)))
 
     def _collapse_rechecks(self, first: int, last: int) -> None:
         """Re-check windows ``first..last`` stand for one window (``last``): what counts in windows —
@@ -205,7 +208,8 @@ class Controller:
         why = unconfirmed(fleet, pend, self.config)
         if why is not None:
             # (a straggler that ended, not one outweighed by a second one: t10 of scenarios_unseen2)
-            self._short_lived += straggler_ended(fleet, pend, self.config)
+            key = tuple(int(r) for r in pend.slow)
+            self._short_lived[key] = self._short_lived.get(key, 0) + straggler_ended(fleet, pend, self.config)
             cands = [c for c in cands if c[1] != "rebalance"]
             self._decide(out, step, "rebalance", "note", 0.0,
                          f"{fmt_who(pend.slow)} {why} in the {fleet.steps:.0f} steps after the window that "
@@ -413,18 +417,20 @@ class Controller:
             # and a straggler that comes back is moved again.
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
             retry = ""
-            if trial.off.shares is None:
+            # (at the probe only: a straggler gone after the move ran for a while did outlast it)
+            if trial.off.shares is None and fleet.window == trial.probe:
                 # The second such first move (and every later one, with no kept move between): the
                 # next waits a cooldown that doubles each time, as a reverted trial does. (A node 1.5x
                 # slow for 10 of every 20 steps, --window 10: 8 probes on a healthy fleet per 300
                 # steps, -1.3% throughput; audit 18.)
-                self._gone_probes += 1
-                self._short_lived += 1
-                if self._gone_probes >= 2:
-                    wait = self.config.guard_cooldown * 2 ** (self._gone_probes - 2)
+                key = self._move_group
+                n = self._gone_probes[key] = self._gone_probes.get(key, 0) + 1
+                self._short_lived[key] = self._short_lived.get(key, 0) + 1
+                if n >= 2:
+                    wait = self.config.guard_cooldown * 2 ** (n - 2)
                     self._cooldown_until["rebalance"] = fleet.window + wait
-                    retry = (f"; stragglers here end before a move reaches them ({self._gone_probes} "
-                             f"times): retry in {wait} windows")
+                    retry = (f"; this straggler ends before a move reaches it ({n} times): retry in "
+                             f"{wait} windows")
             self._decide(out, step, "guard", "revert", v.estimate,
                          f"{trial.policy} reverted (its straggler is gone): {v.describe()}{retry}")
             self.guard.finish()
@@ -445,7 +451,8 @@ class Controller:
         if v.decide == "keep":
             self.kept = trial.on
             if "rebalance" in trial.policy.split("+"):
-                self._gone_probes = self._short_lived = 0
+                self._gone_probes.clear()
+                self._short_lived.clear()
             if (
                 "rebalance" in trial.policy.split("+")
                 and fleet.window == trial.probe
@@ -627,6 +634,8 @@ class Controller:
             candidates = candidates[:1]
         # (windows no longer than the confirmation window itself are not split)
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
+        if first_move is not None:
+            self._move_group = tuple(int(r) for r in first_move[0])
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
             self._pending = Pending(candidates=candidates, summaries=WindowRows.of(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])
