@@ -103,6 +103,7 @@ def _worker(out: str) -> None:
     Path(out, f"rank-{rank}.json").write_text(json.dumps(
         {"failures": obs.failures, "observe_s": observe_s, "distributed": obs.distributed,
          "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+    dist.barrier()  # tear gloo down only when the peer is done with it
     dist.destroy_process_group()
 
 
@@ -165,3 +166,9 @@ def test_ranks_with_room_are_unchanged(tmp_path):
 
 if __name__ == "__main__":
     _worker(sys.argv[1])
+    # Results are written. torch 2.13's gloo teardown can abort a finished rank at interpreter exit
+    # ("terminate called without an active exception", 2 of 30 jobs here, with the observer off as
+    # with it on; examples/ddp_train.py): skip interpreter teardown, as the other workers do.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
