@@ -16,6 +16,7 @@ argv: OUT CONFIG_JSON. Each rank writes OUT/rank-R.json.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -110,3 +111,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Results are written. torch 2.13's gloo teardown can still abort a finished rank at interpreter exit
+    # ("terminate called without an active exception"; examples/ddp_train.py): skip interpreter teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
