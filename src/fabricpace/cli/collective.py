@@ -459,15 +459,14 @@ def _score(
                 raise InputError(f"--compare {where}: {log.nodes} nodes, more than cluster {cl.name!r} has")
             mine = _errors(cl, op, log, gpus_per_node, algorithm, protocol, seed)
             errs += mine
-            label = log.name
-            per_log.append((label, log.nodes, mine, log.stalled_pair() is not None))
+            per_log.append((log.name, log.nodes, mine, log.stalled_pair() is not None))
     if not errs:
         return "compared with 0 measured rows: none between 32 MB and 8 GB in the --compare logs"
     logs = f"{n_logs} run(s) in {len(paths)} file(s)" if several else f"{len(paths)} log(s)"
     out = "".join(f"{n}\n" for n in notes)
     pooled = _error_summary(errs, nodes=True)
     out += f"compared with {len(errs)} measured rows (32 MB-8 GB) of {logs}: {pooled}"
-    if len([x for x in per_log if x[2]]) > 1:
+    if sum(1 for _, _, mine, _ in per_log if mine) > 1:
         # one line per log: a pooled median hides which node count or which job the misses come from
         for label, nodes, mine, degraded in per_log:
             if mine:

@@ -32,7 +32,7 @@ def collect_ranks(obs: Observer, prefix: str, timeout_s: float) -> list[dict[str
     rows = []
     for r in range(obs.world):
         try:
-            rows.append(obs.channel.get_json(f"{prefix}/{r}", max(0.01, deadline - time.monotonic())))
+            rows.append(obs.channel.get_json(keys[r], max(0.01, deadline - time.monotonic())))
         except Exception:  # a rank that never reported keeps the row it had at start, else nulls
             rows.append(getattr(obs, "_start_rows", {}).get(r, {"rank": r}))
     return rows
@@ -79,4 +79,3 @@ def _backend() -> str | None:
         return str(dist.get_backend()) if dist.is_initialized() else None
     except Exception:
         return None
-

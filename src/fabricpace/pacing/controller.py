@@ -208,7 +208,7 @@ class Controller:
         why = unconfirmed(fleet, pend, self.config)
         if why is not None:
             # (a straggler that ended, not one outweighed by a second one: t10 of scenarios_unseen2)
-            key = tuple(int(r) for r in pend.slow)
+            key = _group_key(pend.slow)
             self._short_lived[key] = self._short_lived.get(key, 0) + straggler_ended(fleet, pend, self.config)
             cands = [c for c in cands if c[1] != "rebalance"]
             self._decide(out, step, "rebalance", "note", 0.0,
@@ -635,7 +635,7 @@ class Controller:
         # (windows no longer than the confirmation window itself are not split)
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None:
-            self._move_group = tuple(int(r) for r in first_move[0])
+            self._move_group = _group_key(first_move[0])
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
             self._pending = Pending(candidates=candidates, summaries=WindowRows.of(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])
@@ -681,3 +681,8 @@ def _merge(base: PacingState, cand: PacingState, policy: str) -> PacingState:
     if policy == "comm":
         return replace(base, comm_window=cand.comm_window, comm_spacing_ns=cand.comm_spacing_ns)
     return base
+
+
+def _group_key(ranks: Sequence[int] | np.ndarray) -> tuple[int, ...]:
+    """A slow group's key for the per-group counters (its ranks as plain ints)."""
+    return tuple(int(r) for r in ranks)

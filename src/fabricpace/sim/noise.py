@@ -154,9 +154,11 @@ class Noise:
                 # that a node fault (which jobs without the node skip) serves every count.
                 per = max(1, world // max(1, nodes))
                 node = s.rank // per
-                fix = (f"run at least {node + 1} nodes, or name its node instead (node: {node}), which "
-                       "jobs without that node leave out") if node < (cluster_nodes or node + 1) else \
-                    f"the cluster has only {cluster_nodes} nodes: name a smaller rank"
+                if node < (cluster_nodes or node + 1):
+                    fix = (f"run at least {node + 1} nodes, or name its node instead (node: {node}), which "
+                           "jobs without that node leave out")
+                else:
+                    fix = f"the cluster has only {cluster_nodes} nodes: name a smaller rank"
                 raise ConfigError(
                     f"{self.source}: field 'slow.{i}.rank': rank {s.rank} does not exist "
                     f"in the {nodes}-node job (ranks 0..{world - 1}); {fix}"
