@@ -105,7 +105,9 @@ def test_data_phase_after_the_queue_drained_counts_the_idle_time(tmp_path):
         (dur,) = host[r[0]]
         # The GPU idled from the end of its work to the end of the loading: that is the stall.
         assert dur - work - 2 * MS <= r[DATA] <= dur - work + 5 * MS, (r, dur)
-        assert work - 100_000 <= r[COMPUTE] <= work + 5 * MS, (r, dur)
+        # (±5 ms: a host preempted around the fake queue's calibration maps one stamp late; a fresh-clone
+        # CI run saw 18.26 ms of 20. The old code's error was the whole 60 ms host loading.)
+        assert work - 5 * MS <= r[COMPUTE] <= work + 5 * MS, (r, dur)
     # Nothing queued at all: the GPU waited the whole loading (device time = host time here).
     (dur,) = host[3]
     assert abs(rows[3][DATA] - dur) <= 2 * MS and rows[3][DATA] >= load * 1e9 - 100_000
