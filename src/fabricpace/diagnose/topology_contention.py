@@ -78,28 +78,32 @@ def _groups(m: RunMetrics) -> pl.DataFrame:
 
 
 def _node_orders(members: pl.DataFrame) -> pl.DataFrame:
-    """group -> ``node_order``: the group's nodes in rank order, as positions of a leaf-packed fabric
-    ("0,2,1,3"), for the fabric model (``collective_time(node_order=…)``: NCCL's and gloo's rings follow
-    rank order); null where that order is the packed one or a leaf is unknown. Positions number the
-    group's nodes by (leaf, node), so nodes of one leaf are neighbours in the model as in the run. The
-    model priced every run in the packed order: an interleaved lab run's quiet transfers (47.6 ms, 4
-    leaf crossings) then read ×1.85 against 25.9 ms, and the foreign-traffic periods it had were lost
-    in one run-long "period" (audit 17 A4)."""
-    rows: dict[str, str | None] = {}
+    """group -> ``node_order``, ``node_leaves``: the group's nodes in rank order, as model node ids
+    ("0,2,1,3"; null where that order is the packed one), and the leaf of each model node ("0,0,1,1"),
+    for the fabric model (``collective_time(node_order=…, node_leaves=…)``: NCCL's and gloo's rings follow
+    rank order); both null where a leaf is unknown. Model ids number the group's nodes by (leaf, node),
+    so nodes of one leaf are neighbours in the model as in the run. The model priced every run in the
+    packed order: an interleaved lab run's quiet transfers (47.6 ms, 4 leaf crossings) then read ×1.85
+    against 25.9 ms (audit 17 A4); and it packed the nodes into the cluster's leaves, so a healthy job
+    the scheduler spread 2 + 2 over two leaves of 4 was priced as one leaf and read as contention."""
+    orders: dict[str, str | None] = {}
+    leaves: dict[str, str | None] = {}
     cols = members.select("group", "rank", "node", "leaf").sort("group", "rank")
     for (group,), part in cols.group_by(["group"], maintain_order=True):
         node, leaf = part["node"].to_list(), part["leaf"].to_list()
         if any(v is None for v in node) or any(v is None for v in leaf):
-            rows[str(group)] = None
+            orders[str(group)] = leaves[str(group)] = None
             continue
         visits = list(dict.fromkeys(int(v) for v in node))  # first visit of each node in rank order
         leaf_of = {int(n): int(lf) for n, lf in zip(node, leaf, strict=True)}
-        pos = {n: i for i, n in enumerate(sorted(visits, key=lambda n: (leaf_of[n], n)))}
+        by_leaf = sorted(visits, key=lambda n: (leaf_of[n], n))
+        pos = {n: i for i, n in enumerate(by_leaf)}
         order = [pos[n] for n in visits]
-        rows[str(group)] = None if order == sorted(order) else ",".join(map(str, order))
+        orders[str(group)] = None if order == sorted(order) else ",".join(map(str, order))
+        leaves[str(group)] = ",".join(str(leaf_of[n]) for n in by_leaf)
     return pl.DataFrame(
-        {"group": list(rows), "node_order": list(rows.values())},
-        schema={"group": members.schema["group"], "node_order": pl.String},
+        {"group": list(orders), "node_order": list(orders.values()), "node_leaves": list(leaves.values())},
+        schema={"group": members.schema["group"], "node_order": pl.String, "node_leaves": pl.String},
     )
 
 
@@ -114,18 +118,23 @@ def _model_baseline(inst: pl.DataFrame, cluster: Any, notes: list[str]) -> pl.Da
         op_norm = (
             pl.when(pl.col("op").cast(pl.String).str.contains(pat)).then(pl.lit(name)).otherwise(op_norm)
         )
-    keyed = inst.with_columns(op_norm.alias("op_norm"), pl.col("node_order").fill_null(""))
-    on = ["op_norm", "bytes", "n_nodes", "gpus_per_node", "node_order"]
+    keyed = inst.with_columns(
+        op_norm.alias("op_norm"), pl.col("node_order").fill_null(""), pl.col("node_leaves").fill_null("")
+    )
+    on = ["op_norm", "bytes", "n_nodes", "gpus_per_node", "node_order", "node_leaves"]
     keys = keyed.select(on).unique().drop_nulls()
     expected: list[float | None] = []
-    for op, nbytes, nodes, gpn, order in keys.iter_rows():
-        # Priced in the run's own rank order: the placement is the run's, not the fabric's fault, and
-        # ring_leaf_crossings (a note, or the finding's evidence) names and prices it separately.
+    for op, nbytes, nodes, gpn, order, leaves in keys.iter_rows():
+        # Priced in the run's own rank order and on its own leaves: the placement is the run's, not the
+        # fabric's fault, and ring_leaf_crossings (a note, or the finding's evidence) names it separately.
         node_order = [int(v) for v in order.split(",")] if order else None
+        node_leaves = [int(v) for v in leaves.split(",")] if leaves else None
+        if node_leaves is not None and len(node_leaves) != int(nodes):
+            node_leaves = None  # a group spanning nodes the member table does not cover: packed
         try:
             res = collective_time(
                 cluster, op, int(max(nbytes, 1)), nodes=int(nodes), gpus_per_node=int(gpn),
-                node_order=node_order,
+                node_order=node_order, node_leaves=node_leaves,
             )
             expected.append(res.time_s * 1e9)
         except Exception as exc:  # a shape the model cannot price keeps the quiet baseline
@@ -161,7 +170,7 @@ def _detect(
         return [], {}, "no collectives recorded: transfer times unknown"
     groups = _groups(m)
     inst = m.instances.filter((pl.col("n") >= 2) & pl.col("step").is_in(m.steps.tolist())).join(
-        groups.select("group", "size", "n_nodes", "n_leaves", "gpus_per_node", "node_order"),
+        groups.select("group", "size", "n_nodes", "n_leaves", "gpus_per_node", "node_order", "node_leaves"),
         on="group",
         how="left",
     )
@@ -501,6 +510,9 @@ def _price_orders(m: RunMetrics, group: pl.DataFrame, cluster: Any) -> dict[str,
         from fabricpace.fabric import collective_time
 
         kw: dict[str, Any] = {"nodes": int(g["n_nodes"]), "gpus_per_node": int(g["gpus_per_node"] or 1)}
+        leaves = [int(v) for v in str(g.get("node_leaves") or "").split(",") if v]
+        if len(leaves) == kw["nodes"]:  # both orders on the run's own leaves
+            kw["node_leaves"] = leaves
         order = [int(v) for v in str(g["node_order"]).split(",")]
         t = collective_time(cluster, name, int(nbytes), node_order=order, **kw).time_s
         t0 = collective_time(cluster, name, int(nbytes), **kw).time_s

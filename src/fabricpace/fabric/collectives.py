@@ -129,8 +129,10 @@ class _Fabric:
         return c
 
 
-def _fabric(cluster: Cluster, nodes: int, link_scale: LinkScale) -> _Fabric:
-    topo = Topology.build(cluster, nodes)
+def _fabric(
+    cluster: Cluster, nodes: int, link_scale: LinkScale, leaves: tuple[int, ...] | None = None
+) -> _Fabric:
+    topo = Topology.build(cluster, nodes, node_leaves=leaves)
     raw = topo.capacity.copy()
     if link_scale is not None:
         raw *= _scale_vector(topo, link_scale)
@@ -214,11 +216,13 @@ def _draw_uplink_link(
     return best
 
 
-def _hop_latencies(cluster: Cluster, nodes: int) -> tuple[float, float]:
+def _hop_latencies(cluster: Cluster, nodes: int, leaves: int | None = None) -> tuple[float, float]:
     """(NVLink hop, network hop) latency in us from the cluster file; a network hop crosses one switch
-    inside a leaf and three (leaf, spine, leaf) when the job spans leaves."""
+    inside a leaf and three (leaf, spine, leaf) when the job spans leaves (``leaves``: how many it spans;
+    None: as many as packing ``nodes`` needs)."""
     net = cluster.network
-    hops = 1 if net.topology == "single_switch" or nodes <= cluster.nodes_per_leaf else 3
+    one_leaf = nodes <= cluster.nodes_per_leaf if leaves is None else leaves <= 1
+    hops = 1 if net.topology == "single_switch" or one_leaf else 3
     scale = cluster.tuning.latency_scale
     return cluster.intra_node.latency_us * scale, (net.nic_latency_us + hops * net.hop_latency_us) * scale
 
@@ -252,10 +256,11 @@ class LatencyParts:
 
 
 def latency_parts(
-    cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int
+    cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int, *, leaves: int | None = None
 ) -> LatencyParts:
-    """The latency of the model split into its terms (see ``LatencyParts``); public for calibration."""
-    intra, net = _hop_latencies(cluster, nodes)
+    """The latency of the model split into its terms (see ``LatencyParts``); public for calibration.
+    ``leaves``: leaves the job spans (default: as many as packing ``nodes`` needs)."""
+    intra, net = _hop_latencies(cluster, nodes, leaves)
     intra *= _PROTO_INTRA[protocol]
     net *= _PROTO_NET[protocol]
     share = _PROTO_BASE[protocol]
@@ -282,9 +287,11 @@ def latency_parts(
     return LatencyParts(share, 0.0, float(steps - inter), intra, float(inter), net, mult)
 
 
-def _latency_s(cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int) -> float:
+def _latency_s(
+    cluster: Cluster, op: str, algorithm: str, protocol: str, nodes: int, g: int, leaves: int | None = None
+) -> float:
     tu = cluster.tuning
-    parts = latency_parts(cluster, op, algorithm, protocol, nodes, g)
+    parts = latency_parts(cluster, op, algorithm, protocol, nodes, g, leaves=leaves)
     return parts.latency_us(tu.base_us, tu.net_overhead_us) * 1e-6
 
 
@@ -339,11 +346,18 @@ def _empty_pattern(n_links: int) -> Pattern:
 
 @functools.lru_cache(maxsize=64)
 def _cached_pattern(
-    cluster: Cluster, op: str, nodes: int, g: int, algorithm: str, spray: bool, order: tuple[int, ...] | None
+    cluster: Cluster,
+    op: str,
+    nodes: int,
+    g: int,
+    algorithm: str,
+    spray: bool,
+    order: tuple[int, ...] | None,
+    leaves: tuple[int, ...] | None = None,
 ) -> Pattern:
     """Flow pattern of an algorithm (depends on the cluster's fabric, not on the size): cached, because
     the simulator asks for the same pattern for every bucket size. Callers must not mutate it."""
-    topo = Topology.build(cluster, nodes)
+    topo = Topology.build(cluster, nodes, node_leaves=leaves)
     if algorithm in ("tree", "nvls_tree"):
         return tree_pattern(cluster, topo, nodes, g, spray, chain=algorithm == "tree", order=order)
     if algorithm == "p2p":
@@ -363,6 +377,22 @@ def _node_order(order: Sequence[int] | None, nodes: int) -> tuple[int, ...] | No
     return None if t == tuple(range(nodes)) else t
 
 
+def _node_leaves(cluster: Cluster, leaves: Sequence[int | str] | None, nodes: int) -> tuple[int, ...] | None:
+    """Validated leaf of each node, renumbered 0.. in order of the leaves' first nodes; None where it is
+    the packed layout (or the cluster is one switch), so packed jobs keep their cached plans."""
+    if leaves is None or cluster.network.topology == "single_switch":
+        return None
+    raw = list(leaves)
+    if len(raw) != nodes:
+        raise InputError(f"node_leaves: expected a leaf for each of the job's {nodes} nodes, got {len(raw)}")
+    first: dict[int | str, int] = {}
+    for lf in raw:
+        first.setdefault(lf, len(first))
+    t = tuple(first[lf] for lf in raw)
+    per = min(cluster.nodes_per_leaf, max(nodes, 1))
+    return None if t == tuple(i // per for i in range(nodes)) else t
+
+
 def _plan(
     fab: _Fabric,
     op: str,
@@ -375,7 +405,8 @@ def _plan(
 ) -> _Plan:
     cl, topo = fab.cluster, fab.topo
     tu = cl.tuning
-    lat = _latency_s(cl, op, algorithm, protocol, nodes, g)
+    leaves = None if topo.node_group is None else tuple(int(v) for v in topo.node_group)
+    lat = _latency_s(cl, op, algorithm, protocol, nodes, g, topo.leaf_groups)
     nvls_t = 2.0 * (g - 1) / g / (tu.nvls_busbw_gbytes * 1e9) if g > 1 else 0.0  # NVSwitch all-reduce of S
     if algorithm == "nvls":
         empty = _empty_pattern(topo.n_links)
@@ -388,7 +419,7 @@ def _plan(
         return _Plan(algorithm, protocol, _empty_pattern(topo.n_links), cap, lat, t, 0)
     cap = fab.cap(network_efficiency(tu, algorithm))
     key = cl.model_copy(update={"tuning": type(tu)(channels=tu.channels)})  # patterns ignore the rest
-    pat = _cached_pattern(key, op, nodes, g, algorithm, spray, order)
+    pat = _cached_pattern(key, op, nodes, g, algorithm, spray, order, leaves)
     ratio = pat.fixed / cap
     link = int(np.argmax(ratio))
     t = float(ratio[link])
@@ -396,7 +427,8 @@ def _plan(
         t, link = nvls_t, -1
     floor = 0.0
     if tu.ring_floor == "overlapped":
-        floor = latency_parts(cl, op, algorithm, protocol, nodes, g).floor_us(tu.net_overhead_us) * 1e-6
+        parts = latency_parts(cl, op, algorithm, protocol, nodes, g, leaves=topo.leaf_groups)
+        floor = parts.floor_us(tu.net_overhead_us) * 1e-6
     return _Plan(algorithm, protocol, pat, cap, lat, t, link, floor)
 
 
@@ -557,6 +589,7 @@ def collective_time(
     rng: np.random.Generator | None = None,
     link_scale: LinkScale = None,
     node_order: Sequence[int] | None = None,
+    node_leaves: Sequence[int | str] | None = None,
 ) -> CollectiveResult:
     """Predicted time of one ``op`` of ``nbytes`` (the size nccl-tests prints) on ``nodes`` nodes.
 
@@ -564,11 +597,13 @@ def collective_time(
     capacities: a float (all network links), an array (one per link of ``Topology.build``), or a mapping
     of link names (``'leaf0->spine3'``, ``'node2.nic0->switch'``) to factors. ``node_order``: the job's
     nodes in rank order (NCCL's rings and trees follow it); default the packed order 0..N-1, in which
-    ring neighbours share a leaf.
+    ring neighbours share a leaf. ``node_leaves``: the leaf switch of each node 0..N-1 (any labels), for
+    a job the scheduler did not pack (2 + 2 nodes on two leaves of 4); default: consecutive nodes fill
+    leaves of ``nodes_per_leaf``.
     """
     cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
     g = _validate(cl, op, nbytes, nodes, gpus_per_node)
-    fab = _fabric(cl, nodes, link_scale)
+    fab = _fabric(cl, nodes, link_scale, _node_leaves(cl, node_leaves, nodes))
     plan = _choose(fab, op, nbytes, nodes, g, algorithm, protocol, _node_order(node_order, nodes))
     gen = rng if rng is not None else np.random.default_rng(cl.network.ecmp_seed)
     up, up_link, up_flows = _draw_uplink_link(fab, plan.pattern, plan.cap, gen)
@@ -622,17 +657,18 @@ def sample_collective_times(
     link_scale: LinkScale = None,
     gpus_per_node: int | None = None,
     node_order: Sequence[int] | None = None,
+    node_leaves: Sequence[int | str] | None = None,
 ) -> np.ndarray:
     """``n`` independent ECMP draws of the time (s) of one collective, vectorized: algorithm and protocol
     are chosen once (NCCL's choice does not depend on hashing), then each draw's busiest uplink is a
     bincount of its hashed connections (the closed form of the max-min bottleneck; see module doc).
-    Cost: O(n x cross-leaf connections), no max-min solve per draw. ``node_order`` as in
-    ``collective_time``."""
+    Cost: O(n x cross-leaf connections), no max-min solve per draw. ``node_order`` and ``node_leaves`` as
+    in ``collective_time``."""
     cl = load_cluster(cluster) if not isinstance(cluster, Cluster) else cluster
     g = _validate(cl, op, nbytes, nodes, gpus_per_node)
     if n < 0:
         raise InputError(f"n={n}: must be >= 0")
-    fab = _fabric(cl, nodes, link_scale)
+    fab = _fabric(cl, nodes, link_scale, _node_leaves(cl, node_leaves, nodes))
     plan = _choose(fab, op, nbytes, nodes, g, None, None, _node_order(node_order, nodes))
     out = np.empty(n)
     per_draw = max(1, plan.pattern.x_bytes.size * cl.network.qps_per_connection)

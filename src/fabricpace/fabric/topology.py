@@ -1,6 +1,7 @@
 """Topology: the links of a cluster (with capacities) and the link path of any flow, vectorized.
 
-Link layout for a job on ``nodes`` nodes (consecutive node ids 0..nodes-1, the way schedulers pack jobs)::
+Link layout for a job on ``nodes`` nodes (node ids 0..nodes-1; by default consecutive ids share a leaf, the
+way schedulers pack jobs, and ``node_leaves`` gives the leaf of each node where they do not)::
 
     [0, NR)                 NIC transmit     (node, nic)
     [NR, 2NR)               NIC receive      (node, nic)
@@ -43,15 +44,34 @@ class Topology:
     nics_per_node: int
     n_leaves: int
     spines: int
+    node_group: np.ndarray | None = field(default=None, repr=False, compare=False)  # leaf block per node
 
     @staticmethod
-    def build(cluster: Cluster, nodes: int, *, link_scale: np.ndarray | None = None) -> Topology:
-        """Links and capacities for ``nodes`` nodes; ``link_scale`` multiplies capacities (slow links)."""
+    def build(
+        cluster: Cluster,
+        nodes: int,
+        *,
+        link_scale: np.ndarray | None = None,
+        node_leaves: tuple[int, ...] | None = None,
+    ) -> Topology:
+        """Links and capacities for ``nodes`` nodes; ``link_scale`` multiplies capacities (slow links).
+        ``node_leaves``: the leaf of each node, numbered 0..L-1 (a job the scheduler spread 2 + 2 over two
+        leaves of 4); None packs consecutive nodes ``nodes_per_leaf`` to a leaf. A leaf's uplinks are
+        those of a whole leaf of the cluster, however few of its nodes the job holds."""
         R = cluster.nics.count
         G = cluster.gpus_per_node
         S = cluster.network.spines if cluster.network.topology != "single_switch" else 1
-        npl = min(cluster.nodes_per_leaf, max(nodes, 1))
-        groups = -(-nodes // npl)
+        group_of: np.ndarray | None = None
+        if node_leaves is not None and cluster.network.topology != "single_switch":
+            group_of = np.asarray(node_leaves, dtype=np.int64)
+            if group_of.shape != (nodes,) or (group_of < 0).any():
+                got = list(node_leaves)[:12]
+                raise ValueError(f"node_leaves: expected {nodes} leaf numbers >= 0, got {got}")
+            groups = int(group_of.max()) + 1 if nodes else 1
+            npl = max(cluster.nodes_per_leaf, int(np.bincount(group_of).max(initial=1)))
+        else:
+            npl = min(cluster.nodes_per_leaf, max(nodes, 1))
+            groups = -(-nodes // npl)
         L = groups * R if cluster.network.topology == "rail_optimized" else groups
         nic = cluster.nic_bytes_per_s
         nics_per_leaf = npl if cluster.network.topology == "rail_optimized" else npl * R
@@ -69,7 +89,17 @@ class Topology:
             if scale.shape != cap.shape:
                 raise ValueError(f"link_scale has shape {scale.shape}, expected {cap.shape}")
             cap = cap * scale
-        return Topology(cluster=cluster, nodes=nodes, capacity=cap, nics_per_node=R, n_leaves=L, spines=S)
+        return Topology(
+            cluster=cluster, nodes=nodes, capacity=cap, nics_per_node=R, n_leaves=L, spines=S,
+            node_group=group_of,
+        )
+
+    @property
+    def leaf_groups(self) -> int:
+        """Leaves the job spans (rail-optimized: groups of rail leaves)."""
+        if self.node_group is not None:
+            return int(self.node_group.max(initial=0)) + 1
+        return -(-self.nodes // min(self.cluster.nodes_per_leaf, max(self.nodes, 1)))
 
     # ---- link index helpers ------------------------------------------------------------------------
     @property
@@ -98,7 +128,10 @@ class Topology:
 
     def leaf(self, node: np.ndarray, nic: np.ndarray) -> np.ndarray:
         """Leaf switch a (node, nic) port is cabled to."""
-        group = node // min(self.cluster.nodes_per_leaf, max(self.nodes, 1))
+        if self.node_group is not None:
+            group = self.node_group[node]
+        else:
+            group = node // min(self.cluster.nodes_per_leaf, max(self.nodes, 1))
         if self.cluster.network.topology == "rail_optimized":
             return group * self.nics_per_node + nic
         return group
