@@ -28,7 +28,8 @@ nothing is fitted to the predicted rows. Also printed, for transparency: the p5 
 (which the measured run used), and the closest preset without any calibration.
 
 Also printed: the measured slope and intercept of the NVLS-tree rows per node count beside the fit (why
-NVLS-tree at 16/32 nodes misses, docs/cluster-files.md).
+NVLS-tree at 16/32 nodes misses, docs/cluster-files.md), and the same rows grouped by NCCL's NVLS_TREE chunk
+size.
 
 Run: ``.venv/bin/python benchmarks/collective_accuracy.py`` (a few seconds).
 """
@@ -237,6 +238,54 @@ def nvls_tree_slopes(ds: Dataset, fit_cluster: Cluster) -> list[str]:
     return out
 
 
+# NCCL's NVLS_TREE chunk (calcCollChunking in src/enqueue.cc, NCCL 2.23+): NCCL_NVLS_CHUNKSIZE (128 KiB)
+# capped by NCCL_NVLSTREE_MAX_CHUNKSIZE (unset: 64 KiB from 4 nodes), then cut to 256/128/64/32 KiB below
+# 32/16/4/1 x concurrentOps x chunk; concurrentOps = NVLS channels (16 on H100) x heads (8 with 8 NICs).
+# AWS's plugin sets both sizes to 512 KiB on p5 (tests/fabric/data/README.md).
+NVLS_TREE_CONCURRENT_OPS = 16 * 8
+
+
+def nvls_tree_chunk(nbytes: float, nodes: int, plugin_chunk: int | None) -> int:
+    """NCCL's NVLS_TREE chunk size (bytes) for one all-reduce of ``nbytes`` (see above)."""
+    chunk = plugin_chunk or 128 << 10
+    chunk = min(chunk, plugin_chunk or (64 << 10 if nodes >= 4 else chunk))
+    for mult, floor in ((32, 256 << 10), (16, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
+        if nbytes < mult * NVLS_TREE_CONCURRENT_OPS * chunk and chunk > floor:
+            chunk = floor
+    return chunk
+
+
+def nvls_tree_chunk_regimes(ds: Dataset, fit_cluster: Cluster) -> list[str]:
+    """The NVLS-tree rows of each node count grouped by NCCL's chunk: least-squares slope and intercept per
+    group, and from 4 nodes the intercept of each row at the ring's NIC rate (a diagnostic of measured rows;
+    docs/cluster-files.md, audit 20)."""
+    pts = select(ds.points, ds.points.op == "all_reduce")
+    plugin_chunk = 512 << 10 if fit_cluster.tuning.tuner == "aws-ofi-p5" else None
+    algos = [
+        collective_time(fit_cluster, "all_reduce", s, nodes=int(n)).algorithm
+        for s, n in zip(pts.nbytes, pts.nodes, strict=True)
+    ]
+    ring_rate = fit_cluster.node_net_bytes_per_s * 0.5 * fit_cluster.tuning.net_efficiency  # 2S per node
+    out = []
+    for n in np.unique(pts.nodes):
+        rows = [i for i in np.flatnonzero(pts.nodes == n) if algos[i] == "nvls_tree"]
+        chunks = {i: nvls_tree_chunk(float(pts.nbytes[i]), int(n), plugin_chunk) for i in rows}
+        for c in sorted(set(chunks.values())):
+            idx = [i for i in rows if chunks[i] == c]
+            sizes = ", ".join(f"{int(pts.nbytes[i]) >> 20}M" for i in idx)
+            parts = []
+            if len(idx) >= 2:
+                a = np.stack([np.ones(len(idx)), pts.nbytes[idx]], axis=1)
+                (icpt, per_byte), *_ = np.linalg.lstsq(a, pts.time_s[idx], rcond=None)
+                parts.append(f"{1 / per_byte / 1e9:.1f} GB/s, intercept {icpt * 1e6:.0f} us")
+            if n > 2:
+                at_ring = ", ".join(f"{(pts.time_s[i] - pts.nbytes[i] / ring_rate) * 1e6:.0f}" for i in idx)
+                parts.append(f"intercept at the ring's NIC rate ({ring_rate / 1e9:.1f} GB/s) {at_ring} us")
+            what = "; ".join(parts) or "one row"
+            out.append(f"  {ds.name} {int(n):>2} nodes, chunk {c >> 10:>3}K ({sizes}): {what}")
+    return out
+
+
 def main() -> None:
     # No options: --help prints what it measures instead of running it.
     fmt = argparse.RawDescriptionHelpFormatter
@@ -339,6 +388,13 @@ def main() -> None:
     for ds in sets:
         cal, _ = split(ds.points, "all_reduce")
         for line in nvls_tree_slopes(ds, calibrate_points(load_cluster(ds.preset), cal, ["x"]).cluster):
+            print(line)
+
+    print("\nNVLS-tree rows by NCCL's NVLS_TREE chunk (16 channels x 8 heads; p5: the plugin's 512 KiB):")
+    for ds in sets:
+        cal, _ = split(ds.points, "all_reduce")
+        chunk_fit = calibrate_points(load_cluster(ds.preset), cal, ["x"]).cluster
+        for line in nvls_tree_chunk_regimes(ds, chunk_fit):
             print(line)
 
     h100 = sets[0]
