@@ -169,6 +169,40 @@ def _culprits(c: dict[str, Any], ev: dict[str, Any] | None = None) -> str:
     return "\n".join(out) or "-"
 
 
+def _step_window(text: str, run_dirs: list[Path]) -> tuple[int, int]:
+    """``--steps FIRST:LAST`` (either end may be left open) as (first, last); InputError (exit 2) when it
+    is malformed or holds none of some run's steps."""
+    from fabricpace.run.reader import StepChunks
+
+    head, sep, tail = text.partition(":")
+    try:
+        if not sep or not (head.strip() or tail.strip()):
+            raise ValueError
+        first = int(head) if head.strip() else 0
+        last = int(tail) if tail.strip() else 2**62
+    except ValueError:
+        raise InputError(
+            f"--steps {text!r}: expected FIRST:LAST step numbers, e.g. --steps 5000:6000"
+        ) from None
+    if first < 0 or last < first:
+        raise InputError(f"--steps {text!r}: need 0 <= FIRST <= LAST, e.g. --steps 5000:6000")
+    for run in run_dirs:
+        if not run.is_dir():
+            continue  # diagnose names a missing run directory itself
+        span = StepChunks(run, "steps").step_span  # the footers' step statistics: no rows are read
+        if span is not None and (last < span[0] or first > span[1]):
+            raise InputError(
+                f"--steps {text}: {run} holds steps {span[0]}..{span[1]}; choose a window inside them"
+            )
+    return first, last
+
+
+def _window_name(text: str) -> str:
+    """The file-name part of a ``--steps`` window: ``5000:6000`` -> ``5000-6000``, ``:6000`` -> ``0-6000``."""
+    head, _, tail = text.partition(":")
+    return f"{int(head) if head.strip() else 0}-{int(tail) if tail.strip() else 'end'}"
+
+
 def _print_text(d: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markup import escape as e  # paths, warnings, reasons: shown as given, never read as markup
@@ -182,6 +216,7 @@ def _print_text(d: dict[str, Any]) -> None:
         con.print(
             f"[bold]{e(str(r['path']))}[/bold]  {count(r['world_size'], 'rank')} / "
             f"{count(r['nodes'], 'node')}, {r['steps_used']} steps"
+            + (f" ({m['step_window'][0]}..{m['step_window'][1]})" if m.get("step_window") else "")
             + _step_line(m)
             + f" — verdict: [bold]{e(str(r['verdict']))}[/bold]"
         )
@@ -284,6 +319,16 @@ def register(app: typer.Typer) -> None:
                 "also grows with ranks x steps (~0.4 GB + 320 B per rank-step: ~13 GB at 4,096 x 10,000)."
             ),
         ),
+        steps: str | None = typer.Option(
+            None,
+            "--steps",
+            metavar="FIRST:LAST",
+            help=(
+                "Only these steps of each run (inclusive; FIRST: or :LAST leave an end open): a window of "
+                "a long job, read alone, so memory and time follow the window. Written to "
+                "diagnosis-steps-FIRST-LAST.json; the whole run's diagnosis.json is left as it is."
+            ),
+        ),
     ) -> None:
         """Name the failure mode, culprit and evidence; several sizes of one workload add scaling."""
         if fmt == "table":
@@ -292,10 +337,12 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--format {fmt!r}: choose text or json")
         if chunk_rows is not None and chunk_rows < 1:
             raise InputError(f"--chunk-rows {chunk_rows}: must be a positive number of rows")
+        window = _step_window(steps, run_dirs) if steps is not None else None
         from fabricpace.cli._common import stderr_progress
         from fabricpace.diagnose import DiagnoseConfig, diagnose
 
-        config = DiagnoseConfig(chunk_rows=chunk_rows) if chunk_rows is not None else None
+        kw: dict[str, Any] = {"chunk_rows": chunk_rows} if chunk_rows is not None else {}
+        config = DiagnoseConfig(**kw, steps=window) if kw or window else None
         # progress on stderr only: stdout stays pure JSON with --format json
         with stderr_progress() as progress:
             task = progress.add_task("diagnosing", total=None)
@@ -313,8 +360,9 @@ def register(app: typer.Typer) -> None:
 
             result = diagnose(run_dirs, cluster=cluster, config=config, progress=step, chunk_progress=chunk)
         whole = result.to_dict()
+        name = "diagnosis.json" if steps is None else f"diagnosis-steps-{_window_name(steps)}.json"
         for r in result.runs:
-            _write_atomic(Path(r.path) / "diagnosis.json", result.for_run(r.path).to_dict())
+            _write_atomic(Path(r.path) / name, result.for_run(r.path).to_dict())
         if fmt == "json":
             sys.stdout.write(json.dumps(whole, indent=2) + "\n")
         else:

@@ -17,7 +17,10 @@ class DiagnoseConfig:
 
     # Data sufficiency.
     min_steps: int = 8  # usable steps (after warm-up) below which every mode abstains (see docs)
-    warmup_steps: int | None = None  # None: min(20, max(1, steps // 10))
+    warmup_steps: int | None = None  # None: min(20, max(1, steps // 10)) of the run's first steps
+    # Only these steps (first, last; inclusive) of each run: a window of a long job, read alone (memory
+    # and time grow with the steps read). None: all. The warm-up is dropped only where it falls inside.
+    steps: tuple[int, int] | None = None
     min_rank_coverage: float = 0.5  # a step is used only when at least this share of ranks recorded it
 
     # Reading: the collectives table (one row per rank, collective and step) is streamed in chunks of

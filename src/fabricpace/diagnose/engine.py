@@ -193,6 +193,11 @@ def _headline(m: RunMetrics, cfg: DiagnoseConfig) -> dict[str, Any]:
             "step_ms_p95": p95 / 1e6 if np.isfinite(p95) else None,
             "step_p95_over_p50": p95 / p50 if np.isfinite(p95) and p50 > 0 else None,
             "warmup_steps": m.warmup,
+            **(
+                {"step_window": [int(m.steps[0]), int(m.steps[-1])] if m.steps.size else None}
+                if cfg.steps is not None
+                else {}
+            ),
             "arrival_basis": m.arrival_basis,
             "clock_uncertainty_us": (m.clock_uncertainty_ns / 1e3)
             if m.clock_uncertainty_ns is not None
@@ -402,9 +407,10 @@ def _metrics(
     path: Path, cfg: DiagnoseConfig, chunk_progress: Callable[[str, int, int], None] | None
 ) -> RunMetrics:
     """One run's metrics: the small tables loaded whole, the collectives streamed."""
-    run = load_run(path, tables=[t for t in TABLES if t != "collectives"])
+    run = load_run(path, tables=[t for t in TABLES if t != "collectives"], step_range=cfg.steps)
     chunks = StepChunks(
-        path, "collectives", columns=COLLECTIVE_COLUMNS, categorical=True, coverage=run.coverage
+        path, "collectives", columns=COLLECTIVE_COLUMNS, categorical=True, coverage=run.coverage,
+        step_range=cfg.steps,
     )
     name = str(path)
 
@@ -412,7 +418,8 @@ def _metrics(
         if chunk_progress:
             chunk_progress(name, done, total)
 
-    m = build_metrics(run, cfg, collectives=chunks, progress=tick)
+    span = StepChunks(path, "steps", coverage=run.coverage).step_span if cfg.steps is not None else None
+    m = build_metrics(run, cfg, collectives=chunks, progress=tick, run_span=span)
     run.warnings.extend(chunks.warnings)
     return m
 

@@ -137,10 +137,16 @@ def _clock_uncertainty(rank_info: pl.DataFrame) -> float | None:
 _EXIT_SLACK_NS = 100_000
 
 
-def _warmup(n_steps: int, cfg: DiagnoseConfig) -> int:
+def _warmup(steps: np.ndarray, cfg: DiagnoseConfig, run_span: tuple[int, int] | None) -> int:
+    """Leading entries of ``steps`` (sorted step ids) that are warm-up. With ``cfg.steps`` the warm-up is
+    the run's first steps (``run_span``: its first and last step), so a window later in the run has none."""
     if cfg.warmup_steps is not None:
         return max(0, cfg.warmup_steps)
-    return min(20, max(1, n_steps // 10))
+    if cfg.steps is None or run_span is None:
+        return min(20, max(1, steps.size // 10))
+    first, last = run_span
+    warm = min(20, max(1, (last - first + 1) // 10))
+    return int(np.count_nonzero(steps < first + warm))
 
 
 def build_metrics(
@@ -149,11 +155,13 @@ def build_metrics(
     *,
     collectives: StepChunks | None = None,
     progress: Callable[[int, int], None] | None = None,
+    run_span: tuple[int, int] | None = None,
 ) -> RunMetrics:
     """Dense matrices and instance tables of one run (no judgement here).
 
     ``collectives``: read that table chunk by chunk (``cfg.chunk_rows`` rows at a time) instead of
-    ``run.collectives``; ``progress(done, total)`` after each chunk."""
+    ``run.collectives``; ``progress(done, total)`` after each chunk. ``run_span``: the whole run's first
+    and last step, when ``run`` holds only the window ``cfg.steps`` (its warm-up is the run's)."""
     steps_df = run.steps.filter(pl.col("t_start_ns").is_not_null() & pl.col("t_end_ns").is_not_null())
     notes: list[str] = []
     info = run.ranks
@@ -195,7 +203,7 @@ def build_metrics(
     all_ranks = arr.ranks if arr is not None else step_ranks
     if not info.height:
         unc = 0.0 if all_ranks.size <= 1 else None
-    warm = _warmup(all_steps.size, cfg)
+    warm = _warmup(all_steps, cfg, run_span)
     step_ids = all_steps[warm:]
     dur = _dense(
         steps_df.with_columns((pl.col("t_end_ns") - pl.col("t_start_ns")).alias("d")),

@@ -374,7 +374,8 @@ class StepChunks:
     ``load_run``'s (``coverage.warnings``), not in ``warnings``, which names unreadable parts only.
     ``coverage``: the run's, when the caller has it already (``RunData.coverage``); else it is read
     (folder listings and footers are cached per version of each, so a second read costs a ``stat`` per
-    folder and part).
+    folder and part). ``step_range`` (first, last): only those steps (``load_run``'s ``step_range``);
+    row groups outside it are never opened.
     """
 
     def __init__(
@@ -386,6 +387,7 @@ class StepChunks:
         categorical: bool = False,
         all_steps: bool = False,
         coverage: Coverage | None = None,
+        step_range: tuple[int, int] | None = None,
     ) -> None:
         if table not in TABLES or not TABLES[table][1] or "step" not in TABLES[table][0].names:
             raise ValueError(f"StepChunks: {table!r} is not a chunked table with a step column")
@@ -406,6 +408,10 @@ class StepChunks:
                     self.warnings.append(f"{f}: no step column; chunk skipped")
                     continue
                 for rg, (n, lo, hi) in enumerate(foot.groups):
+                    if step_range is not None and n and lo is not None and hi is not None:
+                        if hi < step_range[0] or lo > step_range[1]:
+                            continue  # a row group wholly outside the steps asked for is never read
+                        lo, hi = max(lo, step_range[0]), min(hi, step_range[1])
                     if n and lo is not None and hi is not None:
                         self.pieces.append(_Piece(file=f, row_group=rg, rows=n, first=lo, last=hi))
             except (OSError, pa.ArrowInvalid) as exc:
