@@ -177,6 +177,22 @@ SIM: list[tuple[str, str, str, str | None, set[str], Check]] = [
         {"persistent_straggler"},
         _culprit("persistent_straggler", nodes=[2], ranks=list(range(16, 24))),
     ),
+    (  # a straggler of part of the run (diagnose/onset.py): 60 of 144 steps
+        "sim slow node 1 +20% from step 100",
+        SMALL,
+        J + "slow: [{node: 1, factor: 1.2, from_step: 100}]",
+        None,
+        {"persistent_straggler"},
+        _culprit("persistent_straggler", nodes=[1], ranks=list(range(8, 16))),
+    ),
+    (
+        "sim slow node 3 +20% until step 70",
+        SMALL,
+        J + "slow: [{node: 3, factor: 1.2, to_step: 70}]",
+        None,
+        {"persistent_straggler"},
+        _culprit("persistent_straggler", nodes=[3], ranks=list(range(24, 32))),
+    ),
     (
         "sim GC noise",
         SMALL,

@@ -46,8 +46,13 @@ def _evidence_line(f: dict[str, Any]) -> str:
     mode = f["mode"]
     parts: list[str] = []
     if mode == "persistent_straggler" or (mode == "input_stall" and ev.get("scope") == "ranks"):
+        onset = ev.get("onset") or {}
+        win = ev.get("step_window")
+        of = f"of steps {win[0]}..{win[1]}" if onset and win else "of steps"
+        if onset:  # a straggler of part of the run (onset.py)
+            parts.append(f"{'from' if onset['kind'] == 'starts' else 'until'} step {onset['step']}")
         parts.append(
-            f"last arriver {ev['last_arriver_share']:.0%} of steps (expected "
+            f"last arriver {ev['last_arriver_share']:.0%} {of} (expected "
             f"{ev['last_arriver_share_expected']:.0%})"
         )
         parts.append(_lateness(ev))

@@ -46,6 +46,11 @@ class DiagnoseConfig:
     per_sample_min_ratio: float = 1.5
     # ... and that processes at least this share fewer samples than its peers (a move happened).
     per_sample_min_moved: float = 0.1
+    # ... or a straggler that starts or ends mid-run (onset.py): the strongest change in a rank's excess
+    # lateness (peak |CUSUM| in σ·√S; ~1.4 is the 5% level of one series, 2.5 of a thousand) splits the
+    # run, and the detector above must name a culprit on the slow side's steps alone, at least this many.
+    onset_min_score: float = 3.0
+    onset_min_steps: int = 20
     # The cause of a straggler's lateness is a step component only when that component's excess is at
     # least this share of the rank's mean lateness; else the lateness is "not explained".
     cause_min_share: float = 0.5

@@ -17,6 +17,7 @@ from fabricpace._errors import InputError
 from fabricpace.diagnose import (
     input_stall,
     one_off,
+    onset,
     per_sample,
     persistent_straggler,
     scaling,
@@ -320,10 +321,15 @@ def diagnose_metrics(
             else:
                 sc_for_modes = sc
                 f_strag = persistent_straggler.detect(m, sc, cfg, per_sample.scan(m, cfg))
+                if not any(f.mode == "persistent_straggler" for f in f_strag):
+                    f_strag += onset.detect(m, sc, cfg)  # one that starts or ends mid-run
                 findings += f_strag
-                # A straggler that pacing hid (named by compute per sample) is a persistent culprit
-                # too: the synchronization loss is what the other ranks' noise costs.
-                hidden = [r for f in f_strag if "route" in f.evidence for r in f.culprits.ranks]
+                # A straggler that pacing hid (named by compute per sample), or one of only part of the
+                # run, is a persistent culprit too: the synchronization loss is what the other ranks'
+                # noise costs.
+                hidden = [
+                    r for f in f_strag if {"route", "onset"} & set(f.evidence) for r in f.culprits.ranks
+                ]
                 sc_sync = replace(sc, culprit=sc.culprit | np.isin(m.ranks, hidden)) if hidden else sc
                 f_sync, mm = sync_amplification.detect(m, sc_sync, cfg)
                 findings += f_sync

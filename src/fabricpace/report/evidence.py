@@ -112,6 +112,13 @@ GLOSSARY: dict[str, tuple[str | None, str]] = {
         "each rank's time inside each collective (clock offsets between hosts unknown)",
     ),
     "steps": (None, "steps used, after the warm-up"),
+    "step_window": (None, "first and last step of the part of the run the finding covers"),
+    "onset": (
+        "part of the run",
+        "a straggler of part of the run: whether it starts or ends, at which step, the share of the run's "
+        "time it covers (the severity is over the whole run), and the change-point score (peak CUSUM of "
+        "the rank's excess lateness in σ·√steps) with the rank that showed it",
+    ),
     # persistent_straggler / input_stall (rank level)
     "last_arriver_share": (None, "share of steps in which a culprit arrived last in its group"),
     "last_arriver_share_expected": (None, "that share if nothing were wrong: 1 / ranks in the group"),
