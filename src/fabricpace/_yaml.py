@@ -77,7 +77,10 @@ def parse_yaml(text: str, *, source: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from exc
+        problem = str(getattr(exc, "problem", exc))
+        # A free-text value with ": " in it (description: "slow: 1.4x") is the usual cause.
+        hint = "; quote a value that contains ': '" if "mapping values are not allowed" in problem else ""
+        raise ConfigError(f"{source}{where}: not valid YAML ({problem}){hint}") from exc
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

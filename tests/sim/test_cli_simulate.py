@@ -37,6 +37,8 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
     link = write_yaml(tmp_path / "link.yaml", {"links": [{"link": "leaf9->spine99", "scale": 0.5}]})
     typo = write_yaml(tmp_path / "typo.yaml", {"jiter": {"cv": 0.1}})
     based = write_yaml(tmp_path / "based.yaml", {"preset": "gpt-13b", "batch_per_gpu": 8})
+    colon = tmp_path / "colon.yaml"  # free text with ": " unquoted (audit 20 wrote six such files)
+    colon.write_text("name: n\ndescription: node 2 slow: 1.4x\njitter: {cv: 0.01}\n")
     return {
         "unknown preset": (["--workload", "gpt-99b"], "unknown workload preset"),
         "unknown base preset": (["--workload", str(based)], "based.yaml: field 'preset': 'gpt-13b'"),
@@ -47,6 +49,8 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
         "negative seed": (["--workload", str(small_workload), "--seed", "-1"], "--seed -1"),
         # before: the run directory was written, then the summary failed on its single step
         "one step": (["--workload", str(small_workload), "--steps", "1"], "--steps 1"),
+        "unquoted colon": (["--workload", str(small_workload), "--noise", str(colon)],
+                           "colon.yaml:2: not valid YAML (mapping values are not allowed here); quote"),
     }, {"unknown link": (link, "leaf9->spine99"), "unknown field": (typo, "jiter")}
 
 
@@ -60,6 +64,7 @@ def _bad_cases(tmp_path, write_yaml, small_workload):
         "ghost rank",
         "negative seed",
         "one step",
+        "unquoted colon",
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, write_yaml, small_workload, case):
