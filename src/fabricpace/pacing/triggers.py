@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from fabricpace.pacing.config import PacingConfig
 from fabricpace.pacing.fleet import Fleet
 from fabricpace.pacing.moves import Candidate, fmt_shares, rebalance_target
-from fabricpace.pacing.rebalance import counts_from_shares
 from fabricpace.pacing.state import PacingState
 from fabricpace.pacing.stragglers import fmt_ranks, fmt_who, still_slow
 
@@ -30,15 +29,6 @@ Persistent = Callable[[str], bool]
 # (slow group, its median excess per sample, the share of collectives it arrived last in; nan: arrivals
 # not known) of a first rebalance move: what its confirmation window checks (``moves.Pending``)
 FirstMove = tuple[np.ndarray, float, float]
-
-
-@dataclass(frozen=True)
-class Declined:
-    """A first move not tried because, over how often its slow group is slow, it costs more than it
-    saves (``duty_weighted``); ``reason`` for the decision log."""
-
-    slow: np.ndarray
-    reason: str
 
 
 def gc_candidate(
@@ -84,14 +74,11 @@ def first_move_candidate(
     persistent: Persistent,
     *,
     wander: bool,
-    intermittent: Callable[[np.ndarray], bool] | None = None,
-) -> tuple[Candidate, bool, FirstMove] | Declined | None:
+) -> tuple[Candidate, bool, FirstMove] | None:
     """A first rebalance move (no shares kept; every rank's compute per sample known and positive) for a
     slow group that is still slow at the end of the window, whether it may be tried now, and the slow
     group; None when there is none. ``wander``: stragglers on this job did not persist from one window to
-    the next, so a move on one window's evidence alone is off. ``intermittent(slow)``: the group already
-    ended within a confirmation window or by a probe; its move must then pay over the steps it is not
-    slow too (``duty_weighted``), else it is ``Declined``."""
+    the next, so a move on one window's evidence alone is off."""
     c, k = config, kept
     excess = fleet.cps / float(np.median(fleet.cps)) - 1.0
     # The slow group: clearly above the median and comparable to the slowest (a node of equally
@@ -113,16 +100,6 @@ def first_move_candidate(
         # the window's median but not in its last steps: moving samples now would run the move
         # after the straggler is gone (the trigger still counts toward persistence).
         fired = gain >= c.rebalance_min_gain and persistent(f"rebalance:{fmt_ranks(slow)}")
-        on_and_off = fleet.has_arrivals and intermittent is not None and intermittent(slow)
-        if gain >= c.rebalance_min_gain and on_and_off:
-            expected, duty, cost = duty_weighted(fleet, slow, new, gain, last, world)
-            if expected < c.rebalance_min_gain:
-                return Declined(slow, (
-                    f"{fmt_who(slow)} slow in about {duty * 100:.0f}% of steps (last in {last * 100:.0f}% of "
-                    f"collectives) and gone within a check before: a move saving {gain * 100:.0f}% while it "
-                    f"is slow costs {cost * 100:.0f}% while it is not ({expected * 100:+.1f}% expected): "
-                    "not tried"
-                ))
         if gain >= c.rebalance_min_gain and still_slow(fleet, slow):
             ok = fired or clear
             if ok and not fired and c.rebalance_clear_step < c.rebalance_step:
@@ -143,30 +120,6 @@ def first_move_candidate(
             cand = (gain, "rebalance", replace(k, shares=tuple(float(x) for x in new)), reason, r)
             return cand, ok, (slow, float(np.median(excess[slow])), held)
     return None
-
-
-def duty_weighted(
-    fleet: Fleet, slow: np.ndarray, new: np.ndarray, gain: float, last: float, world: int
-) -> tuple[float, float, float]:
-    """(expected saving, duty, cost) of a first move for a slow group that comes and goes, as shares of
-    the step: ``duty * gain - (1 - duty) * cost``. The duty — the share of steps the group is slow — is
-    read from its last-arrival share ``last`` above what a healthy group of its size gets by chance
-    (``|slow| / world``). The cost is the move's whole-sample counts run with the group at the median
-    speed: with 4 samples per GPU, the ranks given a fifth are 25% longer whenever the group is healthy,
-    which a saving measured only while it is slow does not see (x03 of scenarios_unseen4: slow 8 of
-    every 13 steps, a 10% saving against an 18% cost, a 5-step probe in its gap: -0.41%)."""
-    base = slow.size / world
-    duty = min(1.0, max(0.0, (last - base) / (1.0 - base))) if base < 1.0 else 1.0
-    total = round(float(fleet.samples.sum()))
-    if total < world:  # shares of fewer samples than ranks: no counts to price
-        return gain, duty, 0.0
-    counts = np.asarray(counts_from_shares(tuple(float(x) for x in new), total, world), dtype=np.float64)
-    healthy = fleet.cps.copy()
-    healthy[slow] = float(np.median(fleet.cps))
-    now = float((fleet.fixed + healthy * fleet.samples).max())
-    moved = float((fleet.fixed + healthy * counts).max())
-    cost = (moved - now) / fleet.step_time if fleet.step_time > 0 else 0.0
-    return duty * gain - (1.0 - duty) * cost, duty, cost
 
 
 def further_move_candidate(
