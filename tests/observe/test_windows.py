@@ -73,6 +73,9 @@ def test_window_summary_reads_vectors_without_added_fields():
     assert WindowSummary.from_array(vec[: WINDOW_FIELDS.index("leaf")]).leaf == -1.0  # from before `leaf`
     old = WindowSummary.from_array(vec[: WINDOW_FIELDS.index("tail_compute_median_ns")])  # before the tail
     assert old.leaf == float(WINDOW_FIELDS.index("leaf")) and old.tail_compute_median_ns == 0.0
+    tail = WindowSummary.from_array(vec[: WINDOW_FIELDS.index("compute_p10_ns")])  # before the percentiles
+    assert tail.tail_samples_mean == float(WINDOW_FIELDS.index("tail_samples_mean"))
+    assert tail.compute_p10_ns == tail.compute_p40_ns == 0.0
     assert np.array_equal(WindowSummary.from_array(vec).to_array(), vec)
 
 
@@ -141,7 +144,7 @@ def test_cross_rank_aligned_slots_path_equals_general_matching():
 
 
 def test_window_fields_from_python_rows_equal_the_array_path():
-    from fabricpace.observe.windows import _stats_array, _stats_rows
+    from fabricpace.observe.windows import _F, _stats_array, _stats_rows
 
     rng = np.random.default_rng(4)
     for n in (1, 2, 49, 50):
@@ -155,3 +158,6 @@ def test_window_fields_from_python_rows_equal_the_array_path():
         arr = _stats_array(np.asarray(rows, dtype=np.float64))
         assert np.allclose(py, arr, rtol=1e-12, atol=0)
         assert len(py) == NF and py[0] == 0.0  # rank/window are filled in by local_vector
+        comp = np.array([r[3] for r in rows], dtype=np.float64)
+        for name, q in (("compute_p10_ns", 0.1), ("compute_p40_ns", 0.4)):
+            assert py[_F[name]] == np.quantile(comp, q, method="lower")

@@ -55,6 +55,11 @@ def test_window_tail_matches_the_recorded_steps_and_the_observer(tmp_path, small
         vec = local_vector(rank=2, window=0, steps=steps, colls=[], base_ns=0, slots=4)
         assert vec[_F["tail_compute_median_ns"]] == pytest.approx(s.tail_compute_median_ns, rel=1e-6)
         assert vec[_F["tail_samples_mean"]] == pytest.approx(16.0)
+        for name, q in (("compute_p10_ns", 0.1), ("compute_p20_ns", 0.2), ("compute_p30_ns", 0.3),
+                        ("compute_p40_ns", 0.4)):
+            # the low percentiles: the same order statistic of the same steps in the twin and the observer
+            assert getattr(s, name) == pytest.approx(np.quantile(comp, q, method="lower"), rel=1e-6)
+            assert vec[_F[name]] == pytest.approx(getattr(s, name), rel=1e-6)
 
 
 def test_a_straggler_that_recovers_inside_the_first_window_costs_nothing(

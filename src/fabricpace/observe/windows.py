@@ -66,6 +66,9 @@ try:
 except (OSError, ValueError, AttributeError):
     _PAGE = 4096
 
+# The low percentiles of compute per step, as np.quantile(..., method="lower") takes them.
+_LOW_Q = (("compute_p10_ns", 0.1), ("compute_p20_ns", 0.2), ("compute_p30_ns", 0.3), ("compute_p40_ns", 0.4))
+
 # Column indices of finalized step rows (recorder.STEP_FIELDS).
 _STEP, _T0, _T1, _COMPUTE, _WAIT, _COMM, _DATA, _GC, _PACED, _SAMPLES, _GCC = range(11)
 
@@ -84,6 +87,9 @@ def _stats_rows(rows: list[Any]) -> list[float]:
     for values in (dur, cols[_COMPUTE], cols[_SAMPLES]):
         srt = sorted(values)
         med.append((srt[lo] + srt[hi]) * 0.5)
+        if values is cols[_COMPUTE]:
+            for name, p in _LOW_Q:
+                vals[_F[name]] = float(srt[int(p * (n - 1))])
     dur_mean = sum(dur) / n
     vals[_F["first_step"]] = float(rows[0][_STEP])
     vals[_F["step_mean_ns"]] = dur_mean
@@ -117,6 +123,8 @@ def _stats_array(s: np.ndarray) -> list[float]:
     srt = np.sort(np.stack([dur, s[:, _COMPUTE], s[:, _SAMPLES]]), axis=1)
     lo, hi = srt[:, (n - 1) // 2].tolist(), srt[:, n // 2].tolist()
     med = [(a + b) * 0.5 for a, b in zip(lo, hi, strict=True)]
+    for name, p in _LOW_Q:
+        vals[_F[name]] = float(srt[1, int(p * (n - 1))])
     sums = s.sum(axis=0).tolist()
     dur_mean = (sums[_T1] - sums[_T0]) / n
     dev = dur - dur_mean

@@ -38,6 +38,7 @@ from fabricpace.pacing.stragglers import (
     waits_on_straggler,
 )
 from fabricpace.pacing.triggers import (
+    Declined,
     FirstMove,
     comm_candidate,
     first_move_candidate,
@@ -90,6 +91,7 @@ class Controller:
         # (a new group each time) is no reason to wait longer for the next one.
         self._gone_probes: dict[tuple[int, ...], int] = {}
         self._short_lived: dict[tuple[int, ...], int] = {}
+        self._declined: set[tuple[int, ...]] = set()  # groups whose declined first move was noted
         self._move_group: tuple[int, ...] = ()  # the slow group of the last first move proposed
         self._last_window = -1  # index of the window of the last update
         self._inflation = 0.0  # this window's transfer / its quiet level
@@ -586,9 +588,15 @@ class Controller:
         cps_ok = bool(np.all(np.isfinite(fleet.cps)) and np.all(fleet.cps > 0))
         if ready("rebalance") and k.shares is None and cps_ok:
             found = first_move_candidate(
-                fleet, k, c, self.world_size, persistent, wander=self._stragglers_wander
+                fleet, k, c, self.world_size, persistent, wander=self._stragglers_wander,
+                intermittent=lambda g: self._short_lived.get(_group_key(g), 0) >= 1,
             )
-            if found is not None:
+            if isinstance(found, Declined):
+                key = _group_key(found.slow)
+                if key not in self._declined:  # said once per group, not every window
+                    self._declined.add(key)
+                    self._decide(out, step, "rebalance", "note", 0.0, found.reason)
+            elif found is not None:
                 cand, ok, first_move = found
                 (candidates if ok else waiting).append(cand)
         if ready("rebalance") and k.shares is not None and cps_ok:

@@ -43,6 +43,9 @@ class Fleet:
     # compute per sample over the window's last steps (as ``cps``), or None when a rank did not send it
     tail_cps: np.ndarray | None = None
     tail_samples: np.ndarray | None = None  # mean samples per step over those steps
+    # (ranks x 5) the 10th, 20th, 30th and 40th percentiles of compute per step and its median, or None
+    # when a rank did not send them: where a slow rank's fast steps lie (``triggers.group_duty``)
+    compute_low: np.ndarray | None = None
 
 
 def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
@@ -98,7 +101,20 @@ def fleet_view(summaries: Sequence[WindowSummary], world_size: int) -> Fleet:
         fixed=fixed,
         tail_cps=tail_cps if tail_cps is not None and bool(np.all(np.isfinite(tail_cps))) else None,
         tail_samples=col["tail_samples_mean"],
+        compute_low=_low_percentiles(col),
     )
+
+
+LOW_PERCENTILES = (0.1, 0.2, 0.3, 0.4, 0.5)  # the columns of ``Fleet.compute_low``
+
+
+def _low_percentiles(col: dict[str, np.ndarray]) -> np.ndarray | None:
+    low = np.stack(
+        [col[n] for n in ("compute_p10_ns", "compute_p20_ns", "compute_p30_ns", "compute_p40_ns",
+                          "compute_median_ns")],
+        axis=1,
+    )  # fmt: skip
+    return low if bool(np.all(low[:, :4] > 0)) else None
 
 
 def _amplified_gc_ns(col: dict[str, np.ndarray], steps: float) -> float:
@@ -180,8 +196,10 @@ def merge_windows(windows: Sequence[Sequence[WindowSummary]]) -> WindowRows:
         "tail_compute_median_ns": (col["compute_median_ns"] * tw).sum(axis=0),
         "tail_samples_mean": (col["samples_mean"] * tw).sum(axis=0),
     }
+    # (the percentiles of compute too: over windows of one state, close to those of their union)
     for n in ("wait_mean_ns", "comm_mean_ns", "transfer_mean_ns", "data_mean_ns", "gc_mean_ns",
-              "paced_mean_ns", "skew_mean_ns"):
+              "paced_mean_ns", "skew_mean_ns", "compute_p10_ns", "compute_p20_ns", "compute_p30_ns",
+              "compute_p40_ns"):
         set_[n] = mean(n)
     for n in ("last_arrivals", "collectives", "gc_count", "arrivals_compared"):
         set_[n] = col[n].sum(axis=0)

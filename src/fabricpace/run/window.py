@@ -52,6 +52,15 @@ class WindowSummary:
     # window before moving samples. 0 = not measured (a sender without these fields): ignored.
     tail_compute_median_ns: float = 0.0
     tail_samples_mean: float = 0.0
+    # Added for stragglers that come and go: the 10th to 40th percentiles of compute per step (the
+    # lower order statistic, ``np.quantile(..., method="lower")``). With the median they place the
+    # window's fast steps: a rank slow in 8 of every 13 steps has a median at its slow level and a 30th
+    # percentile at the fleet's, so the controller can tell how often a slow group is slow (its duty)
+    # before it moves samples that cost when the group is not. 0 = not measured.
+    compute_p10_ns: float = 0.0
+    compute_p20_ns: float = 0.0
+    compute_p30_ns: float = 0.0
+    compute_p40_ns: float = 0.0
 
     def to_array(self) -> np.ndarray:
         # The instance dict holds the fields in declaration order (the dataclass __init__ sets them

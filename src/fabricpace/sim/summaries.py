@@ -47,6 +47,9 @@ def window_summaries(blocks: Sequence[BlockResult], *, window_index: int) -> lis
         "tail_compute_median_ns": np.median(compute[S - tail_steps(S) :], axis=0),
         "tail_samples_mean": samples[S - tail_steps(S) :].mean(axis=0),
     }
+    low = np.quantile(compute, [0.1, 0.2, 0.3, 0.4], axis=0, method="lower")  # [4, R], as the observer
+    for i, name in enumerate(("compute_p10_ns", "compute_p20_ns", "compute_p30_ns", "compute_p40_ns")):
+        cols[name] = low[i]
     first = int(blocks[0].steps[0])
     return [
         WindowSummary(
