@@ -174,6 +174,9 @@ def _culprits(c: dict[str, Any], ev: dict[str, Any] | None = None) -> str:
     return "\n".join(out) or "-"
 
 
+_OPEN_END = 2**62  # the last step of a window left open (``--steps 5000:``)
+
+
 def _step_window(text: str, run_dirs: list[Path]) -> tuple[int, int]:
     """``--steps FIRST:LAST`` (either end may be left open) as (first, last); InputError (exit 2) when it
     is malformed or holds none of some run's steps."""
@@ -184,7 +187,7 @@ def _step_window(text: str, run_dirs: list[Path]) -> tuple[int, int]:
         if not sep or not (head.strip() or tail.strip()):
             raise ValueError
         first = int(head) if head.strip() else 0
-        last = int(tail) if tail.strip() else 2**62
+        last = int(tail) if tail.strip() else _OPEN_END
     except ValueError:
         raise InputError(
             f"--steps {text!r}: expected FIRST:LAST step numbers, e.g. --steps 5000:6000"
@@ -202,10 +205,11 @@ def _step_window(text: str, run_dirs: list[Path]) -> tuple[int, int]:
     return first, last
 
 
-def _window_name(text: str) -> str:
-    """The file-name part of a ``--steps`` window: ``5000:6000`` -> ``5000-6000``, ``:6000`` -> ``0-6000``."""
-    head, _, tail = text.partition(":")
-    return f"{int(head) if head.strip() else 0}-{int(tail) if tail.strip() else 'end'}"
+def _window_name(window: tuple[int, int]) -> str:
+    """The file-name part of a ``--steps`` window as ``_step_window`` parsed it: ``5000:6000`` ->
+    ``5000-6000``, ``:6000`` -> ``0-6000``, ``5000:`` -> ``5000-end``."""
+    first, last = window
+    return f"{first}-{'end' if last == _OPEN_END else last}"
 
 
 def _print_text(d: dict[str, Any]) -> None:
@@ -365,7 +369,7 @@ def register(app: typer.Typer) -> None:
 
             result = diagnose(run_dirs, cluster=cluster, config=config, progress=step, chunk_progress=chunk)
         whole = result.to_dict()
-        name = "diagnosis.json" if steps is None else f"diagnosis-steps-{_window_name(steps)}.json"
+        name = "diagnosis.json" if window is None else f"diagnosis-steps-{_window_name(window)}.json"
         for r in result.runs:
             _write_atomic(Path(r.path) / name, result.for_run(r.path).to_dict())
         if fmt == "json":
