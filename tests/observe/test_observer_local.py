@@ -143,7 +143,8 @@ def test_a_broken_link_at_run_dir_is_kept_and_the_run_goes_next_to_it(tmp_path):
     ("window", 0), ("window", "50"), ("window", 2.5), ("window", True), ("flush_mode", "sometimes"),
     ("close_timeout_s", -3), ("gather_timeout_s", -1.0), ("store_timeout_s", 0),
     ("probe_timeout_s", float("nan")), ("flush_interval_s", -1), ("flush_max_steps", 10),
-    ("gather_lag_steps", -1), ("status_line", "yes"),
+    ("gather_lag_steps", -1), ("status_line", "yes"), ("compact_parts", 1), ("compact_parts", -4),
+    ("compact_parts", 8.0),
 ])  # fmt: skip
 def test_bad_config_is_config_error_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"^ObserverConfig\.{field} must"):

@@ -38,7 +38,11 @@ def _rows(run_dir: Path, table: str) -> int:
     import pyarrow.parquet as pq
 
     total = 0
-    for f in sorted((run_dir / table).glob("*/part-*.parquet")):
+    from fabricpace.run.parts import live_parts
+
+    files = [sub / n for sub in sorted((run_dir / table).glob("*/")) if sub.is_dir()
+             for _, _, n in live_parts(p.name for p in sub.iterdir())]
+    for f in files:
         try:
             total += pq.read_metadata(f).num_rows
         except (OSError, ValueError):  # a truncated part (ArrowInvalid is a ValueError)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from fabricpace.observe._guard import Guard
 from fabricpace.observe.recorder import merge_parts
+from fabricpace.run import parts as run_parts
 from fabricpace.run.schema import TABLES
 from fabricpace.run.window import WINDOW_FIELDS
 from fabricpace.run.writer import RunRoot, write_table_atomic
@@ -130,15 +131,19 @@ def _nrows(rows: Any) -> int:
 _BUILDERS = {
     "steps": steps_table, "collectives": collectives_table, "ops": ops_table, "windows": windows_table,
 }
+# The tables every rank writes a part of about every flush interval: the ones whose file count grows
+# with ranks x run time (rank 0's window log writes a part per 65,536 rows).
+_COMPACTED = ("steps", "collectives")
 
 
 class ChunkSink:
     """Numbered atomic parts per table for one rank, written inline or by a background thread."""
 
-    def __init__(self, run_dir: Path, rank: int, guard: Guard, *, threaded: bool) -> None:
+    def __init__(self, run_dir: Path, rank: int, guard: Guard, *, threaded: bool, compact: int = 0) -> None:
         self.run_dir = run_dir
         self.rank = rank
         self.guard = guard
+        self.compact = compact  # merge every `compact` parts of steps and collectives into one (0 = never)
         # The run directory is created here, at the start, and never again: a removed one turns
         # writing off instead of coming back with the rest of the run and a manifest calling it complete.
         self.root = RunRoot(run_dir)
@@ -184,8 +189,19 @@ class ChunkSink:
                 write_table_atomic(path, table, root=self.root)
                 self.parts[name] += 1
                 self.rows_written[name] += len(rows)
+                if name in _COMPACTED and self.compact > 1 and self.parts[name] % self.compact == 0:
+                    self._merge(path.parent, self.parts[name])
         except Exception as exc:  # disk full, read-only, removed directory: stop writing, keep training
             self.guard.fail("writing", exc)
+
+    def _merge(self, folder: Path, parts: int) -> None:
+        """Merge the last ``compact`` parts of a folder into one (``run.parts``). A merge that fails
+        leaves its parts as they are (every row still read once) and stops merging; writing goes on."""
+        try:
+            run_parts.merge_parts(folder, parts - self.compact, parts - 1, root=self.root)
+        except Exception as exc:
+            self.compact = 0
+            self.guard.fail("merging parts", exc)
 
     def _loop(self) -> None:
         assert self._queue is not None

@@ -271,7 +271,8 @@ class Observer:
             timeline = EventTimeline(self.clock, event_source or CudaEventSource(startup.cuda_device(model)))
         self.recorder = Recorder(timeline)
         self._data_events = self.recorder.deferred  # data phases in device time (see spans.Span)
-        self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread")
+        self.sink = chunks.ChunkSink(self.run_dir, self.rank, self.guard, threaded=cfg.flush_mode == "thread",
+                                     compact=cfg.compact_parts)
         if self.rank == 0:
             self._window_log = WindowLog(self.sink)
         self._publish_rank()

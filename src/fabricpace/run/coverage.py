@@ -36,10 +36,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fabricpace.run.parts import live_parts
+
 _V = TypeVar("_V")
 INF = 1 << 62  # an open end of a step interval
 _RANK = re.compile(r"rank-(\d+)")
-_PART = re.compile(r"part-(\d+)\.parquet")
 # Tables compared rank by rank, with the step difference between ranks that is no loss.
 COMPARED = {"steps": 0, "collectives": 1}
 
@@ -242,38 +243,39 @@ def _merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _rank_span(table: str, rank: int, folder: Path) -> RankSpan:
     try:
-        numbered = sorted(
-            (int(m.group(1)), folder / n) for n, _ in list_folder(folder) if (m := _PART.fullmatch(n))
-        )
+        # (first, last part number, file): a merged part covers a range of numbers (run/parts.py)
+        numbered = [(a, b, folder / n) for a, b, n in live_parts(n for n, _ in list_folder(folder))]
     except OSError as exc:
         why = f"{folder} cannot be listed ({exc.strerror or exc})"
         return RankSpan(table=table, rank=rank, why_empty=why)
-    readable: list[tuple[int, int, int]] = []  # (part number, first, last)
-    bad: list[int] = []
+    readable: list[tuple[int, int, int, int]] = []  # (first and last part number, first step, last step)
+    bad: list[tuple[int, int]] = []
     rows = 0
     foreign = False
-    for num, f in numbered:
+    for num, upto, f in numbered:
         try:
             foot = read_footer(f)
         except (OSError, pa.ArrowInvalid):
-            bad.append(num)
+            bad.append((num, upto))
             continue
         rows += foot.rows
         foreign = foreign or (foot.ranks is not None and foot.ranks != (rank, rank))
         bounds = foot.bounds
         if bounds is not None:
-            readable.append((num, bounds[0], bounds[1]))
-    seen = {n for n, _ in numbered}
-    missing = [n for n in range(max(seen) + 1) if n not in seen] if seen else []
+            readable.append((num, upto, bounds[0], bounds[1]))
+    seen = {n for a, b, _ in numbered for n in range(a, b + 1)}
+    missing = [(n, n) for n in range(max(seen) + 1) if n not in seen] if seen else []
     lost: list[tuple[int, int]] = []
-    for n in sorted(bad + missing):
-        before = [hi for m, _, hi in readable if m < n]
-        after = [lo for m, lo, _ in readable if m > n]
+    for n, upto in sorted(bad + missing):
+        before = [hi for _, m, _, hi in readable if m < n]
+        after = [lo for m, _, lo, _ in readable if m > upto]
         a = max(before) + 1 if before else -INF
         b = min(after) - 1 if after else INF
         if a <= b:
             lost.append((a, b))
-    names = tuple(f"part-{n:06d}" for n in sorted(bad + missing))
+    names = tuple(
+        f"part-{n:06d}" if n == upto else f"part-{n:06d}-{upto:06d}" for n, upto in sorted(bad + missing)
+    )
     if not readable:
         why = "its only part is unreadable" if len(numbered) == 1 and bad else (
             "its parts are unreadable" if bad else "its folder holds no parts")
@@ -283,8 +285,8 @@ def _rank_span(table: str, rank: int, folder: Path) -> RankSpan:
         rank=rank,
         foreign=foreign,
         rows=rows,
-        first=min(lo for _, lo, _ in readable),
-        last=max(hi for _, _, hi in readable),
+        first=min(lo for _, _, lo, _ in readable),
+        last=max(hi for _, _, _, hi in readable),
         lost=tuple(_merge(lost)),
         lost_parts=names,
     )

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from fabricpace._errors import RunDirError
 from fabricpace.run.coverage import Coverage, list_folder, read_footer, step_coverage
 from fabricpace.run.manifest import Manifest, read_manifest
+from fabricpace.run.parts import live_parts
 from fabricpace.run.schema import PACING_PARTS_KEY, TABLES
 
 
@@ -121,7 +122,8 @@ def _check_schema(file: Path, schema: pa.Schema, name: str) -> None:
 
 def part_files(folder: Path, warnings: list[str]) -> list[Path]:
     """``folder/*/part-*.parquet``, sorted; a folder that cannot be listed becomes a warning (a plain
-    glob returns nothing for it, and an unreadable collectives/ read as "no collectives recorded")."""
+    glob returns nothing for it, and an unreadable collectives/ read as "no collectives recorded").
+    Parts covered by a merged part of the same folder are left out (``run.parts.live_parts``)."""
     if not folder.is_dir():
         return []
     files: list[Path] = []
@@ -133,7 +135,7 @@ def part_files(folder: Path, warnings: list[str]) -> list[Path]:
     for sub in subs:
         try:
             names = [n for n, _ in list_folder(sub)]
-            files += [sub / n for n in names if n.startswith("part-") and n.endswith(".parquet")]
+            files += [sub / n for _, _, n in live_parts(names)]
         except OSError as exc:
             warnings.append(f"{sub}: unreadable folder skipped ({exc.strerror or exc})")
     return sorted(files)

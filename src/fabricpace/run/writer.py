@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from fabricpace.run.manifest import Manifest, run_dir_gone, write_manifest
 from fabricpace.run.schema import TABLES
 
-_PART = re.compile(r"part-\d+\.parquet")
+_PART = re.compile(r"part-\d+(-\d+)?\.parquet")  # (a merged part names its range: run/parts.py)
 _ROWS = re.compile(r"rank-\d+|all")
 
 
