@@ -44,6 +44,7 @@ from fabricpace.pacing.triggers import (
     first_move_candidate,
     further_move_candidate,
     gc_candidate,
+    group_duty,
 )
 from fabricpace.run.window import WindowRows, WindowSummary
 
@@ -93,6 +94,9 @@ class Controller:
         self._short_lived: dict[tuple[int, ...], int] = {}
         self._declined: set[tuple[int, ...]] = set()  # groups whose declined first move was noted
         self._move_group: tuple[int, ...] = ()  # the slow group of the last first move proposed
+        # ...and the share of its proposing window's steps in which it was slow (None: not known)
+        self._move_duty: float | None = None
+        self._gap_probe = False  # the next window repeats the probe (the first met a gap of its group)
         self._last_window = -1  # index of the window of the last update
         self._inflation = 0.0  # this window's transfer / its quiet level
         self._transfer_now = math.nan  # this window's transfer per unit of compute
@@ -229,7 +233,10 @@ class Controller:
         self.state = self.guard.state_for(nxt) if self.guard.trial is not None else self.kept
         self.next_window_steps = self._probe_steps(fleet, nxt)
         if self.next_window_steps is not None and self.guard.trial is not None:
-            self.guard.trial.probe = nxt
+            t = self.guard.trial
+            if t.probe is not None and t.probe != nxt:
+                t.early = (*t.early, t.probe)  # a repeated probe: the first one leaves the plan too
+            t.probe = nxt
 
     def _recheck(self, step: int, fleet: Fleet, out: list[Decision]) -> tuple[PacingState, list[Decision]]:
         """A short window right after a rebalance move was kept on its probe: only "is its straggler
@@ -417,6 +424,23 @@ class Controller:
             # nothing to relieve. Not "kept" even when the ON window is faster — it is compared with the
             # proposing window, which the straggler made slow — and no cooldown: rebalance did no harm,
             # and a straggler that comes back is moved again.
+            duty, gap = self._move_duty, self.config.rebalance_gap_duty
+            if (
+                trial.off.shares is None
+                and fleet.window == trial.probe
+                and not trial.early
+                and duty is not None
+                and duty < gap
+                and self._probe_len() < round(self._full_steps)
+            ):
+                # The group was slow in only part of the proposing window's steps: this probe may have
+                # met one of its gaps. Probe once more before calling it gone.
+                self._gap_probe = True
+                self._decide(out, step, "rebalance", "note", v.estimate,
+                             f"{gone}; but it was slow in only about {duty * 100:.0f}% of the proposing "
+                             f"window's steps: probing {self._probe_len()} steps more before calling "
+                             "it gone")
+                return
             self._decide(out, step, "rebalance", "note", v.estimate, gone)
             retry = ""
             # (at the probe only: a straggler gone after the move ran for a while did outlast it)
@@ -489,6 +513,10 @@ class Controller:
         """Steps of window ``nxt`` when it is a rebalance trial's first ON window (a short probe), else
         None. Only a trial of rebalance alone: gc and comm effects need whole windows to show."""
         t, share = self.guard.trial, self.config.rebalance_probe_share
+        if t is not None and self._gap_probe:
+            self._gap_probe = False
+            if t.probe is not None and nxt == t.probe + 1:
+                return self._probe_len()
         if t is None or share <= 0 or t.policy != "rebalance" or t.probe is not None:
             return None
         if nxt != t.start_window + 1:
@@ -644,6 +672,7 @@ class Controller:
         confirm = 0 < self.config.rebalance_confirm_steps < round(self._full_steps)
         if first_move is not None:
             self._move_group = _group_key(first_move[0])
+            self._move_duty = group_duty(fleet, first_move[0])
         if first_move is not None and confirm and any(t[1] == "rebalance" for t in candidates):
             self._pending = Pending(candidates=candidates, summaries=WindowRows.of(summaries), window=w,
                                      slow=first_move[0], excess=first_move[1], last=first_move[2])

@@ -125,9 +125,12 @@ class Trial:
     # early look: it can keep a clear gain at once (``probe_diffs``), but it is not one of the pairs —
     # the plan runs as if it were not there, so a probe that shows nothing costs the guard nothing.
     probe: int | None = None
+    # Earlier probe windows when the probe was repeated (the first fell into a gap of a straggler that
+    # comes and goes): like the probe, ON and outside the plan.
+    early: tuple[int, ...] = ()
 
     def _offset(self, window: int) -> int:
-        skip = 1 if self.probe is not None and window > self.probe else 0
+        skip = sum(1 for p in (*self.early, self.probe) if p is not None and window > p)
         return window - self.start_window - skip
 
     def arm_for(self, window: int) -> str:
@@ -136,7 +139,7 @@ class Trial:
 
         Window ``start`` is the window whose summaries proposed the candidate: it ran without it and
         is the first control, so a clear gain is confirmed after a single new window."""
-        if window == self.probe:
+        if window == self.probe or window in self.early:
             return "on"
         pair, second = divmod(self._offset(window), 2)
         first_on = pair % 2 == 1
@@ -167,7 +170,7 @@ class Trial:
         out, var = [], []
         by_pair: dict[int, list[int]] = {}
         for w in sorted(self.times):
-            if w != self.probe:
+            if w != self.probe and w not in self.early:
                 by_pair.setdefault(self._offset(w) // 2, []).append(w)
         for p in sorted(by_pair):
             ws = by_pair[p]
