@@ -44,7 +44,9 @@ def _chunk(part: int, steps: int, colls: int, rng: np.random.Generator) -> dict[
     return {"steps": s, "collectives": rows}
 
 
-def _bootstrap_ratio(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+def _bootstrap_ratio(
+    a: np.ndarray, b: np.ndarray, rng: np.random.Generator, n: int = 2000
+) -> tuple[float, float]:
     idx = rng.integers(0, a.size, (n, a.size))
     r = a[idx].mean(axis=1) / b[idx].mean(axis=1)
     return float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
@@ -95,7 +97,8 @@ def main() -> None:
         print(f"  files: merged {files['merged']}, plain {files['plain']} "
               f"({files['plain'] / max(files['merged'], 1):.1f}x fewer)")
         print(f"  writer per part (both tables): merged median {np.median(a) * 1e3:.2f} ms, mean "
-              f"{a.mean() * 1e3:.2f} ms; plain median {np.median(b) * 1e3:.2f} ms, mean {b.mean() * 1e3:.2f} ms; "
+              f"{a.mean() * 1e3:.2f} ms; plain median {np.median(b) * 1e3:.2f} ms, "
+              f"mean {b.mean() * 1e3:.2f} ms; "
               f"ratio of means {a.mean() / b.mean():.3f} (95% CI {lo:.3f}..{hi:.3f}, n={a.size} parts each)")
         rm, rp = float(np.median(reads["merged"])), float(np.median(reads["plain"]))
         print(f"  load_run: merged {rm:.2f} s, plain {rp:.2f} s (median of {len(reads['merged'])}, "
