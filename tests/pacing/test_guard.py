@@ -119,6 +119,30 @@ def test_a_probe_window_is_an_early_look_not_a_pair():
     assert g2.verdict(1).decide == "keep"
 
 
+def test_a_repeated_probe_stays_outside_the_plan_too():
+    """Audit 21: a probe that met a gap of a straggler that comes and goes is repeated in the next window
+    (``Trial.early`` holds the first): both are ON, neither is one of the pairs, and the plan starts after
+    them; the second probe is judged alone against the proposing window."""
+    g = Guard(PacingConfig())
+    t = g.start(policy="rebalance", on=PacingState(shares=(0.3, 0.3, 0.4)), off=PacingState(), window=3,
+                reason="x")
+    t.arms[3] = "off"
+    t.record(3, 100.0, 1.0)
+    g.state_for(4)
+    t.probe = 4
+    t.record(4, 95.0, 20.0)
+    assert g.verdict(4).decide == "continue"
+    assert g.state_for(5) == t.on
+    t.early, t.probe = (4,), 5
+    assert [t.arm_for(w) for w in range(3, 11)] == ["off", "on", "on", "on", "on", "off", "off", "on"]
+    t.record(5, 98.0, 20.0)
+    v = g.verdict(5)
+    assert v.decide == "continue" and v.estimate == 98.0 / 100.0 - 1.0 and t.pair_diffs().size == 0
+    g.state_for(6)
+    t.record(6, 90.0, 1.0)  # pair 0 is (3, 6): both probes left out
+    assert list(t.pair_diffs()) == [90.0 / 100.0 - 1.0]
+
+
 def test_a_level_shift_before_the_trial_is_not_drift():
     """Audit 17: node 2 3x slow from step 200. The jump into the fault (+196%) was one of four changes
     between untreated windows; its SD (0.98) widened every CI to +-66% even after 6 pairs, so a -49.7%
